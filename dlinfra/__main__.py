@@ -1,0 +1,5 @@
+import sys
+
+from dlinfra.cli import main
+
+sys.exit(main())

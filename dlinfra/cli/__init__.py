@@ -1,0 +1,5 @@
+"""Command-line interface."""
+
+from dlinfra.cli.app import main
+
+__all__ = ["main"]

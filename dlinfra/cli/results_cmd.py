@@ -1,0 +1,91 @@
+"""``dlinfra results``: look into and export the results store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from dlinfra.cli.common import console, store_from
+
+
+@click.group(
+    epilog="""\b
+Examples:
+  dlinfra results list
+  dlinfra results show latest
+  dlinfra results export --campaign latest --format parquet --out runs.parquet
+  dlinfra --db postgresql://bench@db.example/dlinfra results list
+"""
+)
+def results() -> None:
+    """List, show and export stored results."""
+
+
+@results.command("list", epilog="\b\nExamples:\n  dlinfra results list\n  dlinfra --db other.db results list")
+@click.pass_context
+def list_campaigns(ctx: click.Context) -> None:
+    """List campaigns, newest first, with their cell and run counts."""
+    with store_from(ctx) as store:
+        rows = store.campaigns()
+    if not rows:
+        console.print("The results store holds no campaigns yet: run 'dlinfra bench' or 'dlinfra run'.")
+        return
+    table = Table("campaign", "name", "created (UTC)", "cells", "failed", "runs")
+    for r in rows:
+        table.add_row(r["campaign_id"], r["name"], r["created_utc"], str(r["cells"]), str(r["failed"]), str(r["runs"]))
+    console.print(table)
+
+
+@results.command(
+    "show",
+    epilog="\b\nExamples:\n  dlinfra results show latest\n  dlinfra results show demo-20261122 --json",
+)
+@click.argument("campaign", default="latest")
+@click.option("--json", "as_json", is_flag=True, help="Print the full run records as JSON lines.")
+@click.pass_context
+def show(ctx: click.Context, campaign: str, as_json: bool) -> None:
+    """Show the runs of CAMPAIGN (an id, a unique prefix, a name, or 'latest')."""
+    with store_from(ctx) as store:
+        campaign_id = store.resolve_campaign(campaign)
+        runs = store.runs(campaign_id)
+        cells = store.cells(campaign_id)
+    if as_json:
+        for run in runs:
+            click.echo(json.dumps(json.loads(run["record_json"]), sort_keys=True))
+        return
+    table = Table(title=f"campaign {campaign_id}")
+    for name in ("workload", "layer", "mode", "role", "host", "repeat", "status", "examples/s", "elapsed s"):
+        table.add_column(name)
+    for r in runs:
+        table.add_row(
+            r["workload"], r["layer"], r["mode"], f"{r['role']}:{r['task_index']}", r["physical_host"],
+            str(r["repeat"]), r["status"] if r["status"] == "ok" else f"[red]{r['failure_reason']}[/red]",
+            f"{r['examples_per_sec']:.1f}" if r["examples_per_sec"] is not None else "-",
+            f"{r['elapsed_s']:.2f}" if r["elapsed_s"] is not None else "-",
+        )  # fmt: skip
+    console.print(table)
+    failed = [c for c in cells if c["status"] != "ok"]
+    for cell in failed:
+        console.print(f"[red]cell {cell['cell_hash']} repeat {cell['repeat']} failed:[/red] {cell['failure_reason']}")
+
+
+@results.command(
+    "export",
+    epilog="\b\nExamples:\n  dlinfra results export --format csv --out runs.csv\n"
+    "  dlinfra results export --campaign latest --format parquet --out runs.parquet",
+)
+@click.option("--campaign", default=None, help="Campaign id, prefix, name or 'latest' (default: all).")
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="File to write.")
+@click.pass_context
+def export(ctx: click.Context, campaign: str | None, fmt: str, out: Path) -> None:
+    """Export run rows (one per process per run) to CSV or Parquet."""
+    from dlinfra.results.export import export_runs
+
+    with store_from(ctx) as store:
+        campaign_id = store.resolve_campaign(campaign) if campaign else None
+        count = export_runs(store, campaign_id, fmt, out)
+    console.print(f"wrote {count} runs to {out}")

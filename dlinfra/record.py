@@ -1,0 +1,261 @@
+"""The result record: one per process per run, written by the payload, stored by the controller.
+
+Standard library only: the payload builds these on targets that have just
+TensorFlow, NumPy and psutil. The controller validates every record it
+fetches with :func:`RunRecord.from_dict`, so a malformed or foreign file is
+rejected with the field it got wrong instead of poisoning the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Bump when a field is added, removed or changes meaning.
+RECORD_SCHEMA_VERSION = 1
+
+ROLES = ("single", "chief", "worker", "ps", "evaluator")
+STATUSES = ("ok", "failed")
+LAYERS = ("bm", "vm", "ctr", "ctr-vm")
+
+
+class RecordError(ValueError):
+    """A record does not match the schema; the message names the field."""
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """Stable short hash of a cell config: same keys and values, same hash."""
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Provenance:
+    """Where, when and with what a process ran: enough to tell if two rows are comparable."""
+
+    campaign_id: str
+    cell_config: dict[str, Any]
+    cell_hash: str
+    repeat: int
+    layer: str
+    physical_host: str
+    target_address: str
+    role: str
+    task_index: int
+    workload: str
+    mode: str
+    cpu_model: str
+    cpu_set: list[int]
+    memory_bytes: int
+    tf_version: str
+    python_version: str
+    payload_hash: str
+    start_utc: str
+    end_utc: str
+    status: str
+    failure_reason: str | None = None
+    hostname: str = ""
+    emulated: bool = False
+    devices: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StepTimes:
+    """Per-step wall times of the measured (post warm-up) steps, in seconds."""
+
+    count: int = 0
+    mean: float | None = None
+    median: float | None = None
+    p5: float | None = None
+    p95: float | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    stdev: float | None = None
+    samples: list[float] = field(default_factory=list)
+
+    @classmethod
+    def summarise(cls, samples: list[float]) -> StepTimes:
+        if not samples:
+            return cls()
+        ordered = sorted(samples)
+        n = len(ordered)
+        mean = sum(ordered) / n
+        var = sum((s - mean) ** 2 for s in ordered) / (n - 1) if n > 1 else 0.0
+
+        def quantile(q: float) -> float:
+            pos = q * (n - 1)
+            lo = int(pos)
+            hi = min(lo + 1, n - 1)
+            return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+        return cls(
+            count=n,
+            mean=mean,
+            median=quantile(0.5),
+            p5=quantile(0.05),
+            p95=quantile(0.95),
+            minimum=ordered[0],
+            maximum=ordered[-1],
+            stdev=var**0.5,
+            samples=list(samples),
+        )
+
+
+@dataclass
+class SeriesPoint:
+    """One point of a loss or accuracy curve."""
+
+    step: int
+    elapsed_s: float
+    value: float
+
+
+@dataclass
+class SystemSample:
+    """One per-second sample of the process and its host (seed 004 used sar for the same)."""
+
+    elapsed_s: float
+    cpu_percent: float
+    rss_bytes: int
+    net_rx_bytes: int
+    net_tx_bytes: int
+    disk_read_bytes: int
+    disk_write_bytes: int
+
+
+@dataclass
+class Metrics:
+    """What the run measured. Throughput and step times cover measured steps only."""
+
+    examples_per_sec: float | None = None
+    elapsed_s: float | None = None
+    warmup_steps: int = 0
+    measured_steps: int = 0
+    global_step: int | None = None
+    batch_size: int | None = None
+    step_times: StepTimes = field(default_factory=StepTimes)
+    loss: list[SeriesPoint] = field(default_factory=list)
+    accuracy: list[SeriesPoint] = field(default_factory=list)
+    final_accuracy: float | None = None
+    time_to_accuracy_s: float | None = None
+    system: list[SystemSample] = field(default_factory=list)
+    #: Workload-specific figures (kernel FLOP/s, sysbench events/s, ...).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunRecord:
+    provenance: Provenance
+    metrics: Metrics
+    schema_version: int = RECORD_SCHEMA_VERSION
+
+    @property
+    def run_key(self) -> tuple[str, str, int, str, int]:
+        """What makes a row unique: the same run stored twice is one row."""
+        p = self.provenance
+        return (p.campaign_id, p.cell_hash, p.repeat, p.role, p.task_index)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RunRecord:
+        record = _build(cls, data, "record")
+        record.validate()
+        return record
+
+    @classmethod
+    def from_json(cls, text: str) -> RunRecord:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise RecordError(f"record is not JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    def validate(self) -> None:
+        """Check values the types alone do not: enumerations, versions, consistency."""
+        p = self.provenance
+        if self.schema_version != RECORD_SCHEMA_VERSION:
+            raise RecordError(
+                f"record.schema_version is {self.schema_version}, this dlinfra reads "
+                f"{RECORD_SCHEMA_VERSION}: deploy the same dlinfra version to every target"
+            )
+        if p.role not in ROLES:
+            raise RecordError(f"record.provenance.role {p.role!r} is not one of {', '.join(ROLES)}")
+        if p.status not in STATUSES:
+            raise RecordError(f"record.provenance.status {p.status!r} is not one of {', '.join(STATUSES)}")
+        if p.layer not in LAYERS:
+            raise RecordError(f"record.provenance.layer {p.layer!r} is not one of {', '.join(LAYERS)}")
+        if p.status == "failed" and not p.failure_reason:
+            raise RecordError("record.provenance.failure_reason is required when status is 'failed'")
+        if p.repeat < 0 or p.task_index < 0:
+            raise RecordError("record.provenance.repeat and task_index must be >= 0")
+
+
+def _build(tp: Any, value: Any, path: str) -> Any:
+    """Build ``tp`` from JSON data, naming the first field that does not fit."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise RecordError(f"{path} must be an object, got {type(value).__name__}")
+        hints = typing.get_type_hints(tp)
+        known = {f.name for f in dataclasses.fields(tp)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise RecordError(f"{path} has unknown field(s): {', '.join(unknown)}")
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if f.name in value:
+                kwargs[f.name] = _build(hints[f.name], value[f.name], f"{path}.{f.name}")
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise RecordError(f"{path}.{f.name} is missing")
+        return tp(**kwargs)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _build(arg, value, path)
+            except RecordError as exc:
+                errors.append(str(exc))
+        raise RecordError(errors[0] if errors else f"{path} has the wrong type")
+    if origin is list:
+        if not isinstance(value, list):
+            raise RecordError(f"{path} must be a list, got {type(value).__name__}")
+        (item,) = typing.get_args(tp)
+        return [_build(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise RecordError(f"{path} must be an object, got {type(value).__name__}")
+        return dict(value)
+    if tp is Any:
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RecordError(f"{path} must be a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RecordError(f"{path} must be an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise RecordError(f"{path} must be true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise RecordError(f"{path} must be a string, got {value!r}")
+        return value
+    raise RecordError(f"{path}: unsupported type {tp!r}")  # pragma: no cover - a bug in this module

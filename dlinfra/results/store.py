@@ -1,0 +1,394 @@
+"""The results store: SQLite by default, PostgreSQL by URL, through one code path.
+
+One row per process per run (``runs``), one row per cell and repeat (``cells``),
+one transaction per cell: a cell is stored whole or not at all, so a controller
+killed mid-write leaves no partial cell. Storing the same run twice is a no-op,
+which is what makes ``--resume`` and re-collecting safe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from dlinfra.errors import StoreError
+from dlinfra.record import RunRecord
+
+#: Bump when tables or columns change; a store with another version is refused.
+STORE_SCHEMA_VERSION = 1
+
+DEFAULT_DB = "dlinfra-results.db"
+
+_TABLES = [
+    """CREATE TABLE IF NOT EXISTS meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS campaigns (
+        campaign_id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        created_utc TEXT NOT NULL,
+        spec_json TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS cells (
+        campaign_id TEXT NOT NULL,
+        cell_hash TEXT NOT NULL,
+        repeat INTEGER NOT NULL,
+        layer TEXT NOT NULL,
+        workload TEXT NOT NULL,
+        config_json TEXT NOT NULL,
+        status TEXT NOT NULL,
+        failure_reason TEXT,
+        started_utc TEXT,
+        ended_utc TEXT,
+        stored_utc TEXT NOT NULL,
+        PRIMARY KEY (campaign_id, cell_hash, repeat))""",
+    """CREATE TABLE IF NOT EXISTS runs (
+        campaign_id TEXT NOT NULL,
+        cell_hash TEXT NOT NULL,
+        repeat INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        task_index INTEGER NOT NULL,
+        layer TEXT NOT NULL,
+        workload TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        physical_host TEXT NOT NULL,
+        target_address TEXT NOT NULL,
+        hostname TEXT NOT NULL,
+        cpu_model TEXT NOT NULL,
+        cpu_set TEXT NOT NULL,
+        memory_bytes BIGINT NOT NULL,
+        tf_version TEXT NOT NULL,
+        python_version TEXT NOT NULL,
+        payload_hash TEXT NOT NULL,
+        start_utc TEXT NOT NULL,
+        end_utc TEXT NOT NULL,
+        status TEXT NOT NULL,
+        failure_reason TEXT,
+        emulated INTEGER NOT NULL,
+        examples_per_sec DOUBLE PRECISION,
+        elapsed_s DOUBLE PRECISION,
+        step_time_median_s DOUBLE PRECISION,
+        global_step BIGINT,
+        final_accuracy DOUBLE PRECISION,
+        time_to_accuracy_s DOUBLE PRECISION,
+        record_json TEXT NOT NULL,
+        PRIMARY KEY (campaign_id, cell_hash, repeat, role, task_index))""",
+    "CREATE INDEX IF NOT EXISTS runs_by_workload ON runs (campaign_id, workload, layer)",
+]
+
+#: Columns of ``runs`` filled from the record; the order is the INSERT order.
+RUN_COLUMNS = [
+    "campaign_id", "cell_hash", "repeat", "role", "task_index", "layer", "workload", "mode",
+    "physical_host", "target_address", "hostname", "cpu_model", "cpu_set", "memory_bytes",
+    "tf_version", "python_version", "payload_hash", "start_utc", "end_utc", "status",
+    "failure_reason", "emulated", "examples_per_sec", "elapsed_s", "step_time_median_s",
+    "global_step", "final_accuracy", "time_to_accuracy_s", "record_json",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    """What the controller knows about one cell x repeat, with or without records."""
+
+    campaign_id: str
+    cell_hash: str
+    repeat: int
+    layer: str
+    workload: str
+    config: dict[str, Any]
+    status: str
+    failure_reason: str | None = None
+    started_utc: str | None = None
+    ended_utc: str | None = None
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced, for messages and logs."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _run_row(record: RunRecord) -> tuple[Any, ...]:
+    p, m = record.provenance, record.metrics
+    values = {
+        "campaign_id": p.campaign_id,
+        "cell_hash": p.cell_hash,
+        "repeat": p.repeat,
+        "role": p.role,
+        "task_index": p.task_index,
+        "layer": p.layer,
+        "workload": p.workload,
+        "mode": p.mode,
+        "physical_host": p.physical_host,
+        "target_address": p.target_address,
+        "hostname": p.hostname,
+        "cpu_model": p.cpu_model,
+        "cpu_set": ",".join(str(c) for c in p.cpu_set),
+        "memory_bytes": p.memory_bytes,
+        "tf_version": p.tf_version,
+        "python_version": p.python_version,
+        "payload_hash": p.payload_hash,
+        "start_utc": p.start_utc,
+        "end_utc": p.end_utc,
+        "status": p.status,
+        "failure_reason": p.failure_reason,
+        "emulated": int(p.emulated),
+        "examples_per_sec": m.examples_per_sec,
+        "elapsed_s": m.elapsed_s,
+        "step_time_median_s": m.step_times.median,
+        "global_step": m.global_step,
+        "final_accuracy": m.final_accuracy,
+        "time_to_accuracy_s": m.time_to_accuracy_s,
+        "record_json": record.to_json(),
+    }
+    return tuple(values[c] for c in RUN_COLUMNS)
+
+
+class ResultsStore:
+    """A results database. Open with :func:`open_store`; use as a context manager."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.is_postgres = url.startswith(("postgresql://", "postgres://"))
+        self._conn = self._connect()
+        self._ensure_schema()
+
+    # -- connection -------------------------------------------------------
+
+    def _connect(self) -> Any:
+        if self.is_postgres:
+            try:
+                import psycopg
+            except ImportError:  # pragma: no cover - the controller extra pins it
+                raise StoreError(
+                    "PostgreSQL support needs psycopg", "pip install 'dlinfra[controller]'"
+                ) from None
+            try:
+                return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+            except psycopg.Error as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise StoreError(
+                    f"cannot connect to results store {redact_url(self.url)}: {first}",
+                    "check the host, port, user and database in --db",
+                ) from None
+        path = Path(self.url.removeprefix("sqlite:///").removeprefix("sqlite://"))
+        if path.is_dir():
+            raise StoreError(f"results store {path} is a directory", "give --db a file path")
+        if not path.parent.exists():
+            raise StoreError(
+                f"cannot create results store {path}: folder {path.parent} does not exist",
+                "create it or choose another --db",
+            )
+        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+            raise StoreError(f"cannot open results store {path}: permission denied", "choose another --db")
+        if not path.exists() and not os.access(path.parent, os.W_OK):
+            raise StoreError(
+                f"cannot create results store {path}: folder {path.parent} is not writable",
+                "choose another --db",
+            )
+        try:
+            conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=60000")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open results store {path}: {exc}", "is it an SQLite file?") from None
+        return conn
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> ResultsStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _sql(self, statement: str) -> str:
+        return statement.replace("?", "%s") if self.is_postgres else statement
+
+    def _execute(self, statement: str, params: Iterable[Any] = ()) -> Any:
+        return self._conn.execute(self._sql(statement), tuple(params))
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One write transaction; SQLite takes the write lock up front so writers queue, not deadlock."""
+        if self.is_postgres:
+            with self._conn.transaction():
+                yield
+            return
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def _ensure_schema(self) -> None:
+        try:
+            with self._transaction():
+                for ddl in _TABLES:
+                    self._execute(ddl)
+                row = self._execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                if row is None:
+                    self._execute(
+                        "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
+                        (str(STORE_SCHEMA_VERSION),),
+                    )
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"cannot use results store {self.url}: {exc}", "is it an SQLite file written by dlinfra?"
+            ) from None
+        found = int(row[0]) if row else STORE_SCHEMA_VERSION
+        if found != STORE_SCHEMA_VERSION:
+            raise StoreError(
+                f"results store {redact_url(self.url)} has schema version {found}, "
+                f"this dlinfra uses {STORE_SCHEMA_VERSION}",
+                "use the dlinfra version that wrote it, or a new --db",
+            )
+
+    # -- writes -----------------------------------------------------------
+
+    def add_campaign(self, campaign_id: str, name: str, spec: dict[str, Any]) -> None:
+        """Record a campaign once; a second call with the same id keeps the first."""
+        with self._transaction():
+            self._execute(
+                "INSERT INTO campaigns (campaign_id, name, created_utc, spec_json) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (campaign_id) DO NOTHING",
+                (campaign_id, name, _now(), json.dumps(spec, sort_keys=True, default=str)),
+            )
+
+    def store_cell(self, outcome: CellOutcome, records: list[RunRecord]) -> int:
+        """Store one cell x repeat and its records in one transaction; returns new run rows.
+
+        A successful cell replaces an earlier failed attempt of the same cell; a
+        cell already stored as successful is left as it is (a no-op).
+        """
+        for record in records:
+            p = record.provenance
+            if (p.campaign_id, p.cell_hash, p.repeat) != (outcome.campaign_id, outcome.cell_hash, outcome.repeat):
+                raise StoreError(
+                    f"record of {p.role}:{p.task_index} belongs to cell {p.cell_hash}/{p.repeat}, "
+                    f"not {outcome.cell_hash}/{outcome.repeat}"
+                )
+        key = (outcome.campaign_id, outcome.cell_hash, outcome.repeat)
+        inserted = 0
+        with self._transaction():
+            row = self._execute(
+                "SELECT status FROM cells WHERE campaign_id = ? AND cell_hash = ? AND repeat = ?", key
+            ).fetchone()
+            if row is not None and row[0] == "ok":
+                return 0
+            if row is not None:
+                where = "WHERE campaign_id = ? AND cell_hash = ? AND repeat = ?"
+                self._execute(f"DELETE FROM runs {where}", key)
+                self._execute(f"DELETE FROM cells {where}", key)
+            self._execute(
+                "INSERT INTO cells (campaign_id, cell_hash, repeat, layer, workload, config_json, status, "
+                "failure_reason, started_utc, ended_utc, stored_utc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    *key,
+                    outcome.layer,
+                    outcome.workload,
+                    json.dumps(outcome.config, sort_keys=True, default=str),
+                    outcome.status,
+                    outcome.failure_reason,
+                    outcome.started_utc,
+                    outcome.ended_utc,
+                    _now(),
+                ),
+            )
+            placeholders = ", ".join("?" for _ in RUN_COLUMNS)
+            insert = (
+                f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({placeholders}) "
+                "ON CONFLICT (campaign_id, cell_hash, repeat, role, task_index) DO NOTHING"
+            )
+            for record in records:
+                inserted += self._execute(insert, _run_row(record)).rowcount
+        return inserted
+
+    # -- reads ------------------------------------------------------------
+
+    def _dicts(self, statement: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        cursor = self._execute(statement, params)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def campaigns(self) -> list[dict[str, Any]]:
+        """Every campaign with counts of cells and runs, newest first."""
+        return self._dicts(
+            "SELECT c.campaign_id, c.name, c.created_utc, "
+            "(SELECT COUNT(*) FROM cells x WHERE x.campaign_id = c.campaign_id) AS cells, "
+            "(SELECT COUNT(*) FROM cells x WHERE x.campaign_id = c.campaign_id AND x.status <> 'ok') AS failed, "
+            "(SELECT COUNT(*) FROM runs r WHERE r.campaign_id = c.campaign_id) AS runs "
+            "FROM campaigns c ORDER BY c.created_utc DESC, c.campaign_id DESC"
+        )
+
+    def resolve_campaign(self, campaign: str | None) -> str:
+        """A campaign id from an id, a unique id prefix, a name, or 'latest'/None."""
+        rows = self.campaigns()
+        if not rows:
+            raise StoreError(f"results store {redact_url(self.url)} holds no campaigns", "run one with 'dlinfra run'")
+        if campaign in (None, "latest"):
+            return rows[0]["campaign_id"]
+        exact = [r["campaign_id"] for r in rows if r["campaign_id"] == campaign]
+        if exact:
+            return exact[0]
+        matches = [r["campaign_id"] for r in rows if r["campaign_id"].startswith(campaign) or r["name"] == campaign]
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            raise StoreError(f"campaign {campaign!r} is ambiguous: {', '.join(matches[:5])}", "give more of the id")
+        raise StoreError(f"no campaign {campaign!r} in {redact_url(self.url)}", "see 'dlinfra results list'")
+
+    def campaign_spec(self, campaign_id: str) -> dict[str, Any]:
+        row = self._execute("SELECT spec_json FROM campaigns WHERE campaign_id = ?", (campaign_id,)).fetchone()
+        return json.loads(row[0]) if row else {}
+
+    def cells(self, campaign_id: str | None = None) -> list[dict[str, Any]]:
+        where, params = ("WHERE campaign_id = ?", (campaign_id,)) if campaign_id else ("", ())
+        rows = self._dicts(f"SELECT * FROM cells {where} ORDER BY started_utc, cell_hash, repeat", params)
+        for row in rows:
+            row["config"] = json.loads(row.pop("config_json"))
+        return rows
+
+    def done_cells(self, campaign_id: str) -> set[tuple[str, int]]:
+        """(cell hash, repeat) of every cell stored as successful: what ``--resume`` skips."""
+        rows = self._execute(
+            "SELECT cell_hash, repeat FROM cells WHERE campaign_id = ? AND status = 'ok'", (campaign_id,)
+        ).fetchall()
+        return {(r[0], r[1]) for r in rows}
+
+    def runs(self, campaign_id: str | None = None) -> list[dict[str, Any]]:
+        """Run rows as dicts (``record_json`` included) in a stable order."""
+        where, params = ("WHERE campaign_id = ?", (campaign_id,)) if campaign_id else ("", ())
+        return self._dicts(
+            f"SELECT * FROM runs {where} ORDER BY campaign_id, start_utc, cell_hash, repeat, role, task_index",
+            params,
+        )
+
+    def records(self, campaign_id: str | None = None) -> list[RunRecord]:
+        return [RunRecord.from_json(row["record_json"]) for row in self.runs(campaign_id)]
+
+
+def open_store(url: str | None = None) -> ResultsStore:
+    """Open (creating if needed) the store named by ``url``, ``$DLINFRA_DB`` or the default file."""
+    url = url or os.environ.get("DLINFRA_DB") or DEFAULT_DB
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in ("", "sqlite", "postgresql", "postgres"):
+        raise StoreError(
+            f"unsupported results store URL {redact_url(url)!r}",
+            "use a file path, sqlite:///PATH or postgresql://USER@HOST:PORT/DB",
+        )
+    return ResultsStore(url)

@@ -1,0 +1,44 @@
+"""Test helpers shared by every test folder (on sys.path through pytest's pythonpath)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+IN_CI = bool(os.environ.get("CI"))
+
+
+def need(available: bool, what: str) -> None:
+    """Skip when a real component is missing on a developer machine; fail in CI, where .ci/run must provide it."""
+    if available:
+        return
+    if IN_CI:
+        pytest.fail(f"{what} is missing in CI: .ci/run must install and start it")
+    pytest.skip(f"{what} is not available on this machine")
+
+
+def need_binary(name: str) -> str:
+    path = shutil.which(name) or next(
+        (str(p) for d in ("/usr/sbin", "/sbin", "/usr/lib/postgresql") for p in Path(d).rglob(name) if p.is_file()),
+        None,
+    )
+    need(path is not None, f"the program {name}")
+    return path  # type: ignore[return-value]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run the real ``dlinfra`` entry point in a subprocess, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "dlinfra", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=REPO,
+    )
