@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 from rich.console import Console
 
 from dlinfra.results.store import ResultsStore, open_store
 
-console = Console()
-err_console = Console(stderr=True)
+
+def _width(stream: object) -> int | None:
+    """Rich wraps to 80 columns when piped; tables of results read better wide in logs and files."""
+    isatty = getattr(stream, "isatty", lambda: False)()
+    return None if isatty else int(os.environ.get("COLUMNS", "160"))
+
+
+console = Console(width=_width(sys.stdout))
+err_console = Console(stderr=True, width=_width(sys.stderr))
 
 
 def store_from(ctx: click.Context) -> ResultsStore:
     """The results store named by the global --db option (or its default)."""
-    return open_store(ctx.find_root().obj.db if ctx.find_root().obj else None)
+    root = ctx.find_root()
+    return open_store(root.obj.db if root.obj else None)

@@ -170,9 +170,7 @@ class ResultsStore:
             try:
                 import psycopg
             except ImportError:  # pragma: no cover - the controller extra pins it
-                raise StoreError(
-                    "PostgreSQL support needs psycopg", "pip install 'dlinfra[controller]'"
-                ) from None
+                raise StoreError("PostgreSQL support needs psycopg", "pip install 'dlinfra[controller]'") from None
             try:
                 return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
             except psycopg.Error as exc:
@@ -184,7 +182,7 @@ class ResultsStore:
         path = Path(self.url.removeprefix("sqlite:///").removeprefix("sqlite://"))
         if path.is_dir():
             raise StoreError(f"results store {path} is a directory", "give --db a file path")
-        if not path.parent.exists():
+        if not path.parent.is_dir():
             raise StoreError(
                 f"cannot create results store {path}: folder {path.parent} does not exist",
                 "create it or choose another --db",

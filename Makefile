@@ -1,0 +1,42 @@
+# dlinfra: `make demo` (set-up + a small campaign on a local testbed + report), `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: setup deps daemons demo test lint bench clean
+
+setup: $(STAMP)
+
+deps:
+	scripts/install-deps.sh
+
+$(STAMP): pyproject.toml scripts/install-deps.sh
+	scripts/install-deps.sh
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+daemons:
+	scripts/start-daemons.sh
+
+demo: setup daemons
+	scripts/demo.sh
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/ansible-lint -q playbooks roles
+
+test: setup daemons lint
+	$(BIN)/pytest
+
+bench: setup daemons
+	$(BIN)/python bench/payload_overhead.py
+	$(BIN)/python bench/orchestration.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Base images built locally (no registry): debootstrap rootfs for containers and guests."""

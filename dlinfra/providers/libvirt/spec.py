@@ -1,0 +1,169 @@
+"""What a campaign asks of one guest, parsed and checked for shape (not yet against a host).
+
+Host checks (does CPU 7 exist, is the GPU bound to vfio-pci) live in
+``provider.validate`` and ``passthrough``; this module only says whether the
+request is well formed, so bad input fails before anything touches libvirt.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dlinfra.errors import SpecError
+
+Emulation = Literal["never", "allow", "require"]
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+PCI_ADDRESS_RE = re.compile(
+    r"^(?:(?P<domain>[0-9a-fA-F]{4}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<slot>[0-9a-fA-F]{2})\.(?P<function>[0-7])$"
+)
+VENDOR_PRODUCT_RE = re.compile(r"^(?P<vendor>[0-9a-fA-F]{4}):(?P<product>[0-9a-fA-F]{4})$")
+
+
+def parse_cpuset(text: str | int | list[int] | tuple[int, ...] | None, where: str) -> tuple[int, ...]:
+    """Parse ``"0-3,6"`` (or a list of ints) into sorted unique CPU numbers; ``where`` names the field in errors."""
+    if text is None or text == "":
+        return ()
+    if isinstance(text, int) and not isinstance(text, bool):
+        items: list[int] = [text]
+    elif isinstance(text, list | tuple):
+        items = list(text)
+    else:
+        items = []
+        for part in str(text).split(","):
+            part = part.strip()
+            match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+            if not match:
+                raise SpecError(f"{where}: {text!r} is not a CPU set", "write it like 0-3,6")
+            low, high = int(match.group(1)), int(match.group(2) or match.group(1))
+            if high < low:
+                raise SpecError(f"{where}: range {part!r} runs backwards", "write the lower CPU first, like 2-5")
+            items.extend(range(low, high + 1))
+    if any(not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in items):
+        raise SpecError(f"{where}: {text!r} is not a CPU set", "CPU numbers are integers >= 0")
+    return tuple(sorted(set(items)))
+
+
+def format_cpuset(cpus: tuple[int, ...]) -> str:
+    """``(0, 1, 2, 5)`` -> ``"0-2,5"``, the form libvirt and taskset take."""
+    parts: list[str] = []
+    start = prev = None
+    for cpu in sorted(cpus):
+        if start is None:
+            start = prev = cpu
+        elif cpu == prev + 1:  # type: ignore[operator]
+            prev = cpu
+        else:
+            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = cpu
+    if start is not None:
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class PciAddress:
+    """A PCI function, ``0000:01:00.0``."""
+
+    domain: int
+    bus: int
+    slot: int
+    function: int
+
+    @classmethod
+    def parse(cls, text: str, where: str = "pci address") -> PciAddress:
+        match = PCI_ADDRESS_RE.match(text.strip())
+        if not match:
+            raise SpecError(f"{where}: {text!r} is not a PCI address", "write it like 0000:01:00.0 (see lspci -D)")
+        return cls(
+            int(match.group("domain") or "0", 16),
+            int(match.group("bus"), 16),
+            int(match.group("slot"), 16),
+            int(match.group("function")),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.domain:04x}:{self.bus:02x}:{self.slot:02x}.{self.function:x}"
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    """A PCI device to pass through: by address, or by ``vendor:product`` (resolved on the host)."""
+
+    address: PciAddress | None = None
+    vendor: str | None = None
+    product: str | None = None
+
+    @classmethod
+    def parse(cls, text: str, where: str = "devices") -> DeviceRequest:
+        text = str(text).strip()
+        vp = VENDOR_PRODUCT_RE.match(text)
+        if vp and not PCI_ADDRESS_RE.match(text):
+            return cls(vendor=vp.group("vendor").lower(), product=vp.group("product").lower())
+        if PCI_ADDRESS_RE.match(text):
+            return cls(address=PciAddress.parse(text, where))
+        raise SpecError(
+            f"{where}: {text!r} is neither a PCI address nor vendor:product",
+            "write 0000:01:00.0 or 10de:1b80 (see lspci -Dnn)",
+        )
+
+    def __str__(self) -> str:
+        return str(self.address) if self.address else f"{self.vendor}:{self.product}"
+
+
+@dataclass(frozen=True)
+class GuestSpec:
+    """One guest: size, placement on host CPUs and NUMA, devices, and whether emulation is acceptable.
+
+    ``emulation``: ``never`` (default, KVM only), ``allow`` (KVM when the host
+    offers it, else software emulation), ``require`` (always emulate: hosts where
+    /dev/kvm exists but cannot run guests). An emulated guest's results are
+    marked ``emulated`` so no report compares them silently with KVM.
+    """
+
+    name: str
+    vcpus: int = 1
+    memory_mib: int = 1024
+    cpuset: tuple[int, ...] = ()
+    emulator_cpuset: tuple[int, ...] = ()
+    numa_node: int | None = None
+    hugepages: bool = False
+    devices: tuple[DeviceRequest, ...] = ()
+    emulation: Emulation = "never"
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        where = f"guest {self.name!r}"
+        if not NAME_RE.match(self.name):
+            raise SpecError(f"guest name {self.name!r} is invalid", "use 1-31 of a-z, 0-9 and '-'")
+        if not isinstance(self.vcpus, int) or self.vcpus < 1:
+            raise SpecError(f"{where}: vcpus must be an integer >= 1, not {self.vcpus!r}")
+        if not isinstance(self.memory_mib, int) or self.memory_mib < 128:
+            raise SpecError(f"{where}: memory_mib must be an integer >= 128, not {self.memory_mib!r}")
+        if self.emulation not in ("never", "allow", "require"):
+            raise SpecError(f"{where}: emulation must be never, allow or require, not {self.emulation!r}")
+        if self.numa_node is not None and (not isinstance(self.numa_node, int) or self.numa_node < 0):
+            raise SpecError(f"{where}: numa_node must be an integer >= 0, not {self.numa_node!r}")
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "guest") -> GuestSpec:
+        """Build from a campaign mapping (``cpuset: "2-3"``, ``devices: ["10de:1b80"]``, ``memory_mib: 2048``)."""
+        known = {"name", "vcpus", "memory_mib", "cpuset", "emulator_cpuset", "numa_node", "hugepages", "devices",
+                 "emulation"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"{where}: unknown field(s) {', '.join(unknown)}", f"known: {', '.join(sorted(known))}")
+        if "name" not in data:
+            raise SpecError(f"{where}: name is missing")
+        return cls(
+            name=str(data["name"]),
+            vcpus=data.get("vcpus", 1),
+            memory_mib=data.get("memory_mib", 1024),
+            cpuset=parse_cpuset(data.get("cpuset"), f"{where}.cpuset"),
+            emulator_cpuset=parse_cpuset(data.get("emulator_cpuset"), f"{where}.emulator_cpuset"),
+            numa_node=data.get("numa_node"),
+            hugepages=bool(data.get("hugepages", False)),
+            devices=tuple(DeviceRequest.parse(d, f"{where}.devices") for d in data.get("devices", ())),
+            emulation=data.get("emulation", "never"),
+        )

@@ -1,0 +1,229 @@
+"""Store -> tidy pandas frames: one row per process, then one value per run.
+
+The report compares *runs* (one cell x repeat), not processes: a distributed
+run has one row per ps/worker/chief, and they must be folded into one number
+per run before any statistics, or a 4-worker cell would count four times.
+
+"Config" here is the cell config minus the layer and minus placement details
+(hosts, addresses, CPU sets) that differ between layers by construction: the
+same experiment on ``bm`` and on ``vm`` lands on different addresses, and
+those must not split the comparison. ``placement`` (pack/spread) *is* kept:
+it is an experimental factor (seed 000 compares the two).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dlinfra.errors import DlinfraError
+from dlinfra.results.export import runs_frame
+from dlinfra.results.store import ResultsStore
+
+#: Cell-config keys that name *where* a cell ran rather than *what* it ran.
+PLACEMENT_KEYS = frozenset(
+    {
+        "layer",
+        "workload",
+        "host",
+        "hosts",
+        "physical_host",
+        "target",
+        "targets",
+        "target_address",
+        "address",
+        "addresses",
+        "hostname",
+        "cpu_set",
+        "cpu_sets",
+        "cpus",
+        "cpuset",
+    }
+)
+#: Config keys that may hold the worker / parameter-server counts (the spec's names are not fixed yet).
+WORKER_KEYS = ("workers", "num_workers", "worker_count", "n_workers")
+PS_KEYS = ("ps", "num_ps", "ps_count", "n_ps", "parameter_servers")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric the report can compare, with the direction that counts as better."""
+
+    name: str
+    column: str
+    unit: str
+    higher_is_better: bool
+
+
+METRICS = {
+    "throughput": Metric("throughput", "examples_per_sec", "examples/s", True),
+    "elapsed": Metric("elapsed", "elapsed_s", "s", False),
+    "time-to-accuracy": Metric("time-to-accuracy", "time_to_accuracy_s", "s", False),
+}
+
+
+def report_config(cell_config: dict[str, Any]) -> dict[str, Any]:
+    """The cell config that defines a comparison group: no layer, no placement details."""
+    return {k: v for k, v in cell_config.items() if k not in PLACEMENT_KEYS}
+
+
+def config_label(config: dict[str, Any], drop: tuple[str, ...] = ()) -> str:
+    """A stable human-readable label: ``k=v`` pairs sorted by key; '-' when empty."""
+    items = [(k, v) for k, v in sorted(config.items()) if k not in drop]
+    if not items:
+        return "-"
+    return " ".join(f"{k}={json.dumps(v, sort_keys=True, default=str) if isinstance(v, (dict, list)) else v}"
+                    for k, v in items)  # fmt: skip
+
+
+def _first_int(config: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return int(value)
+    return None
+
+
+def _rates(samples: list[dict[str, Any]], field: str) -> tuple[float, float]:
+    """Mean and max byte rate (MB/s) of a cumulative counter sampled every second."""
+    if len(samples) < 2:
+        return (np.nan, np.nan)
+    t = np.array([s["elapsed_s"] for s in samples], dtype=float)
+    b = np.array([s[field] for s in samples], dtype=float)
+    dt = np.diff(t)
+    db = np.clip(np.diff(b), 0, None)  # a counter reset is not negative traffic
+    ok = dt > 0
+    if not ok.any():
+        return (np.nan, np.nan)
+    span = t[-1] - t[0]
+    mean = db.sum() / span / 1e6 if span > 0 else np.nan
+    return (float(mean), float((db[ok] / dt[ok]).max() / 1e6))
+
+
+def load_runs(store: ResultsStore, campaign_id: str) -> pd.DataFrame:
+    """One row per process per run, with the parsed record's config, step samples and system summary."""
+    frame = runs_frame(store, campaign_id, with_records=True)
+    if frame.empty:
+        return frame
+    extra: list[dict[str, Any]] = []
+    for text in frame["record_json"]:
+        record = json.loads(text)
+        prov, metrics = record["provenance"], record["metrics"]
+        cfg = report_config(prov.get("cell_config") or {})
+        system = metrics.get("system") or []
+        rx_mean, rx_max = _rates(system, "net_rx_bytes")
+        tx_mean, tx_max = _rates(system, "net_tx_bytes")
+        accuracy = [p["value"] for p in metrics.get("accuracy") or []]
+        if metrics.get("final_accuracy") is not None:
+            accuracy.append(metrics["final_accuracy"])
+        extra.append(
+            {
+                "config": cfg,
+                "config_label": config_label(cfg),
+                "batch_size": metrics.get("batch_size"),
+                "step_samples": list((metrics.get("step_times") or {}).get("samples") or []),
+                "max_cpu_pct": max((s["cpu_percent"] for s in system), default=np.nan),
+                "max_rss_mb": max((s["rss_bytes"] for s in system), default=np.nan) / 1e6,
+                "rx_mb_s": rx_mean,
+                "tx_mb_s": tx_mean,
+                "max_rx_mb_s": rx_max,
+                "max_tx_mb_s": tx_max,
+                "max_accuracy": max(accuracy, default=np.nan),
+                "_workers_cfg": _first_int(cfg, WORKER_KEYS),
+                "_ps_cfg": _first_int(cfg, PS_KEYS),
+            }
+        )
+    frame = pd.concat([frame.drop(columns=["record_json"]), pd.DataFrame(extra, index=frame.index)], axis=1)
+    # Worker and ps counts: from the config when it names them, else counted from the run's processes.
+    counted = frame.groupby(["cell_hash", "repeat"])["role"].agg(
+        workers=lambda r: max(int((r == "worker").sum()), 1),
+        ps=lambda r: int((r == "ps").sum()),
+    )
+    frame = frame.join(counted, on=["cell_hash", "repeat"])
+    frame["workers"] = frame["_workers_cfg"].fillna(frame["workers"]).astype(int)
+    frame["ps"] = frame["_ps_cfg"].fillna(frame["ps"]).astype(int)
+    return frame.drop(columns=["_workers_cfg", "_ps_cfg"])
+
+
+def _run_value(rows: pd.DataFrame, metric: Metric) -> float:
+    """Fold the processes of one run into one number (see module docstring and docs/report.md)."""
+    values = rows[metric.column].astype(float)
+    if values.isna().all():
+        return np.nan
+    if metric.name == "elapsed":
+        return float(values.max())  # the run ends when its last process ends
+    if metric.name == "time-to-accuracy":
+        return float(values.min())  # the first process (the evaluating chief) to see the target
+    for role in ("single", "chief"):
+        own = values[rows["role"] == role].dropna()
+        if not own.empty:  # the single process, or the coordinator's cluster-wide rate
+            return float(own.iloc[0])
+    return float(values[rows["role"] == "worker"].sum(min_count=1))
+
+
+def run_values(runs: pd.DataFrame, metric: Metric) -> pd.DataFrame:
+    """One row per run (cell x repeat): its metric value and what decides comparability."""
+    columns = [
+        "workload", "config_label", "layer", "cell_hash", "repeat", "mode", "workers", "ps", "value",
+        "ok", "payload_hashes", "emulated", "cpu_model", "tf_version", "elapsed_s", "step_time_s", "max_accuracy",
+        "config",
+    ]  # fmt: skip
+    if runs.empty:
+        return pd.DataFrame(columns=columns)
+    out = []
+    for (cell_hash, repeat), rows in runs.groupby(["cell_hash", "repeat"], sort=False):
+        first = rows.iloc[0]
+        out.append(
+            {
+                "workload": first["workload"],
+                "config_label": first["config_label"],
+                "layer": first["layer"],
+                "cell_hash": cell_hash,
+                "repeat": int(repeat),
+                "mode": first["mode"],
+                "workers": int(first["workers"]),
+                "ps": int(first["ps"]),
+                "value": _run_value(rows, metric),
+                "ok": bool((rows["status"] == "ok").all()),
+                "payload_hashes": ",".join(sorted(set(rows["payload_hash"]))),
+                "emulated": bool(rows["emulated"].any()),
+                "cpu_model": ",".join(sorted(set(rows["cpu_model"]))),
+                "tf_version": ",".join(sorted(set(rows["tf_version"]))),
+                "elapsed_s": float(rows["elapsed_s"].astype(float).max()),
+                "step_time_s": float(rows["step_time_median_s"].astype(float).median()),
+                "max_accuracy": float(rows["max_accuracy"].astype(float).max()),
+                "config": first["config"],
+            }
+        )
+    return pd.DataFrame(out, columns=columns)
+
+
+def failed_cells(store: ResultsStore, campaign_id: str) -> pd.DataFrame:
+    """Cells x repeats the store holds as failed, labelled like runs."""
+    rows = [
+        {
+            "workload": c["workload"],
+            "config_label": config_label(report_config(c["config"])),
+            "layer": c["layer"],
+            "cell_hash": c["cell_hash"],
+            "repeat": c["repeat"],
+            "failure_reason": c["failure_reason"] or "",
+        }
+        for c in store.cells(campaign_id)
+        if c["status"] != "ok"
+    ]
+    return pd.DataFrame(rows, columns=["workload", "config_label", "layer", "cell_hash", "repeat", "failure_reason"])
+
+
+def require_metric(values: pd.DataFrame, metric: Metric, campaign_id: str) -> None:
+    """A report on a metric no run recorded would be all dashes: say so instead."""
+    if values.empty or values.loc[values["ok"], "value"].notna().sum() == 0:
+        hint = {
+            "time-to-accuracy": "run cells with a target accuracy, or choose --metric throughput",
+            "throughput": "choose --metric elapsed (sysbench and kernel workloads record no examples/s)",
+        }.get(metric.name, "choose another --metric")
+        raise DlinfraError(f"no successful run in campaign {campaign_id} recorded {metric.column}", hint)

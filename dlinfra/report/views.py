@@ -1,0 +1,325 @@
+"""The report's views: each a pandas DataFrame answering one question of the seeds.
+
+- overhead: each layer against the baseline, per workload x config (the question).
+- scaling: speedup and efficiency against the 1-worker cell (seed 003's ideal line).
+- ps: the effect of the parameter-server count (seeds 000, 003).
+- sync_async: sync vs async time-to-accuracy (seed 004).
+- run_times: best and worst total run time per layer (seed 000, figures 9-10).
+- system: per role, max CPU, max RSS, network rates (seed 004, tables 3, 4, 6).
+- step_times: the distribution of per-step times per layer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from dlinfra.record import LAYERS
+from dlinfra.report import stats
+from dlinfra.report.frame import PS_KEYS, WORKER_KEYS, Metric, config_label
+from dlinfra.report.warnings import CODES, ReportWarning, refusal_reasons
+
+OVERHEAD_COLUMNS = [
+    "workload", "config", "layer", "runs", "failed", "median", "iqr", "cv_pct", "overhead_pct",
+    "ci_low_pct", "ci_high_pct", "verdict", "flags", "mean", "mean_ci_low", "mean_ci_high",
+]  # fmt: skip
+
+
+def _layer_order(layers: list[str], baseline: str) -> list[str]:
+    """Baseline first, then the layers in their usual order, unknown ones last."""
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    return sorted(set(layers), key=lambda layer: (layer != baseline, rank.get(layer, 99), layer))
+
+
+def _ok(values: pd.DataFrame) -> pd.DataFrame:
+    return values[values["ok"] & values["value"].notna()]
+
+
+def overhead_view(
+    values: pd.DataFrame, failed: pd.DataFrame, metric: Metric, baseline: str, seed: int
+) -> tuple[pd.DataFrame, list[ReportWarning]]:
+    """Per workload x config x layer: runs, median, IQR, CV, overhead vs baseline with a bootstrap CI, verdict."""
+    rows: list[dict[str, object]] = []
+    warnings: list[ReportWarning] = []
+    good = _ok(values)
+    failed_keys = set(zip(failed["cell_hash"], failed["repeat"], strict=True))
+    groups = sorted(
+        set(zip(values["workload"], values["config_label"], strict=True))
+        | set(zip(failed["workload"], failed["config_label"], strict=True))
+    )
+    for workload, config in groups:
+        in_group = values[(values["workload"] == workload) & (values["config_label"] == config)]
+        group = good[(good["workload"] == workload) & (good["config_label"] == config)]
+        failed_group = failed[(failed["workload"] == workload) & (failed["config_label"] == config)]
+        if group.empty and not in_group[in_group["ok"]].empty:
+            warnings.append(ReportWarning("no-metric", f"no run recorded {metric.column}", workload, config))
+            continue
+        base = group[group["layer"] == baseline]
+        base_cpu = set(",".join(base["cpu_model"]).split(",")) if not base.empty else set()
+        for layer in _layer_order(list(in_group["layer"]) + list(failed_group["layer"]), baseline):
+            mine = group[group["layer"] == layer]
+            extra_failed = in_group[(in_group["layer"] == layer) & ~in_group["ok"]]
+            n_failed = int((failed_group["layer"] == layer).sum()) + sum(
+                (h, r) not in failed_keys for h, r in zip(extra_failed["cell_hash"], extra_failed["repeat"], strict=True)
+            )
+            s = stats.summarise(mine["value"].to_numpy())
+            key = (workload, config, layer)
+            lo_m, hi_m = stats.bootstrap_mean_ci(mine["value"].to_numpy(), stats.stable_seed(seed, "mean", *key))
+            flags: list[str] = []
+
+            def flag(code: str, message: str, flags: list[str] = flags, key: tuple[str, ...] = key) -> None:
+                flags.append(code)
+                warnings.append(ReportWarning(code, message, *key))
+
+            if n_failed:
+                reasons = sorted(set(failed_group.loc[failed_group["layer"] == layer, "failure_reason"]) - {""})
+                why = f": {'; '.join(reasons[:3])}" if reasons else ""
+                flag("failed-cells", f"{n_failed} failed run(s) left out{why}")
+            if s.n and s.n < stats.MIN_REPEATS:
+                flag("few-repeats", f"only {s.n} successful repeat(s); at least {stats.MIN_REPEATS} are needed")
+            if not math.isnan(s.cv_pct) and s.cv_pct > stats.CV_LIMIT_PCT:
+                flag("high-cv", f"CV {s.cv_pct:.1f}% is above {stats.CV_LIMIT_PCT:g}%")
+            if not mine.empty and mine["emulated"].any():
+                flag("emulated", CODES["emulated"])
+            point = low = high = math.nan
+            if layer == baseline:
+                verdict = "baseline" if s.n else "no runs"
+            elif s.n == 0:
+                verdict = "no runs"
+            elif base.empty:
+                verdict = "no baseline"
+                flag("no-baseline", f"no successful {baseline} run to compare with")
+            else:
+                refused = refusal_reasons(base, mine)
+                if refused:
+                    verdict = "refused"
+                    for code in refused:
+                        flag(code, CODES[code])
+                else:
+                    point, low, high = stats.bootstrap_overhead(
+                        base["value"].to_numpy(),
+                        mine["value"].to_numpy(),
+                        metric.higher_is_better,
+                        stats.stable_seed(seed, "overhead", *key),
+                    )
+                    verdict = stats.verdict(low, high)
+                    cpus = set(",".join(mine["cpu_model"]).split(","))
+                    if cpus != base_cpu:
+                        flag("cpu-model-differs", f"CPU model {', '.join(sorted(cpus))} vs {baseline}'s "
+                             f"{', '.join(sorted(base_cpu))}")  # fmt: skip
+            rows.append(
+                {
+                    "workload": workload,
+                    "config": config,
+                    "layer": layer,
+                    "runs": s.n,
+                    "failed": n_failed,
+                    "median": s.median,
+                    "iqr": s.iqr,
+                    "cv_pct": s.cv_pct,
+                    "overhead_pct": point,
+                    "ci_low_pct": low,
+                    "ci_high_pct": high,
+                    "verdict": verdict,
+                    "flags": ",".join(dict.fromkeys(flags)),
+                    "mean": s.mean,
+                    "mean_ci_low": lo_m,
+                    "mean_ci_high": hi_m,
+                }
+            )
+    return pd.DataFrame(rows, columns=OVERHEAD_COLUMNS), warnings
+
+
+def _speedup(base: float, value: float, higher_is_better: bool) -> float:
+    if not base or not value or math.isnan(base) or math.isnan(value):
+        return math.nan
+    return value / base if higher_is_better else base / value
+
+
+def scaling_view(values: pd.DataFrame, metric: Metric) -> pd.DataFrame:
+    """Speedup and efficiency against the 1-worker cell of the same config (else the single-mode cell)."""
+    columns = ["workload", "config", "layer", "workers", "runs", "median", "speedup", "ideal", "efficiency_pct",
+               "base"]  # fmt: skip
+    good = _ok(values).copy()
+    if good.empty:
+        return pd.DataFrame(columns=columns)
+    good["scale_key"] = [config_label(c, drop=WORKER_KEYS) for c in good["config"]]
+    good["base_key"] = [config_label(c, drop=(*WORKER_KEYS, *PS_KEYS, "mode")) for c in good["config"]]
+    rows = []
+    for (workload, layer, key), group in good.groupby(["workload", "layer", "scale_key"], sort=True):
+        if group["mode"].iloc[0] == "single":
+            continue
+        medians = group.groupby("workers")["value"].agg(["median", "size"])
+        base_name, base = "1 worker", medians["median"].get(1, math.nan)
+        if math.isnan(base):
+            single = good[
+                (good["workload"] == workload) & (good["layer"] == layer) & (good["mode"] == "single")
+                & (good["base_key"] == group["base_key"].iloc[0])
+            ]  # fmt: skip
+            base_name, base = "single", float(single["value"].median()) if not single.empty else math.nan
+        if math.isnan(base) or (medians.index > 1).sum() == 0:
+            continue
+        for workers, row in medians.iterrows():
+            speedup = _speedup(base, float(row["median"]), metric.higher_is_better)
+            rows.append(
+                {
+                    "workload": workload,
+                    "config": key,
+                    "layer": layer,
+                    "workers": int(workers),
+                    "runs": int(row["size"]),
+                    "median": float(row["median"]),
+                    "speedup": speedup,
+                    "ideal": float(workers),
+                    "efficiency_pct": speedup / int(workers) * 100,
+                    "base": base_name,
+                }
+            )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def ps_view(values: pd.DataFrame, metric: Metric, seed: int) -> pd.DataFrame:
+    """The effect of adding parameter servers, against the fewest-ps cell of the same config."""
+    columns = ["workload", "config", "layer", "ps", "runs", "median", "effect_pct", "ci_low_pct", "ci_high_pct",
+               "verdict"]  # fmt: skip
+    good = _ok(values).copy()
+    if good.empty:
+        return pd.DataFrame(columns=columns)
+    good["ps_key"] = [config_label(c, drop=PS_KEYS) for c in good["config"]]
+    rows = []
+    for (workload, layer, key), group in good.groupby(["workload", "layer", "ps_key"], sort=True):
+        counts = sorted(group["ps"].unique())
+        if len(counts) < 2:
+            continue
+        base = group[group["ps"] == counts[0]]["value"].to_numpy()
+        for ps in counts:
+            mine = group[group["ps"] == ps]["value"].to_numpy()
+            if ps == counts[0]:
+                point, low, high, verdict = 0.0, math.nan, math.nan, "reference"
+            else:
+                point, low, high = stats.bootstrap_overhead(
+                    base, mine, metric.higher_is_better, stats.stable_seed(seed, "ps", workload, layer, key, int(ps))
+                )
+                verdict = stats.verdict(low, high)
+            rows.append(
+                {
+                    "workload": workload,
+                    "config": key,
+                    "layer": layer,
+                    "ps": int(ps),
+                    "runs": len(mine),
+                    "median": float(np.median(mine)),
+                    "effect_pct": point,
+                    "ci_low_pct": low,
+                    "ci_high_pct": high,
+                    "verdict": verdict,
+                }
+            )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def sync_async_view(tta: pd.DataFrame, elapsed: pd.DataFrame) -> pd.DataFrame:
+    """Sync vs async (ps-async) time-to-accuracy and elapsed time, same config otherwise (seed 004)."""
+    columns = ["workload", "config", "layer", "workers", "sync_runs", "async_runs", "sync_tta_s", "async_tta_s",
+               "tta_ratio", "sync_elapsed_s", "async_elapsed_s"]  # fmt: skip
+    good = elapsed[elapsed["ok"] & elapsed["mode"].isin(["sync", "ps-async"])].copy()
+    if good.empty:
+        return pd.DataFrame(columns=columns)
+    tta_by_run = tta.set_index(["cell_hash", "repeat"])["value"]
+    good["tta"] = [tta_by_run.get((h, r), math.nan) for h, r in zip(good["cell_hash"], good["repeat"], strict=True)]
+    good["mode_key"] = [config_label(c, drop=("mode", *PS_KEYS)) for c in good["config"]]
+    rows = []
+    for (workload, layer, key), group in good.groupby(["workload", "layer", "mode_key"], sort=True):
+        sync, asyn = group[group["mode"] == "sync"], group[group["mode"] == "ps-async"]
+        if sync.empty or asyn.empty:
+            continue
+        s_tta, a_tta = sync["tta"].median(), asyn["tta"].median()
+        rows.append(
+            {
+                "workload": workload,
+                "config": key,
+                "layer": layer,
+                "workers": int(group["workers"].iloc[0]),
+                "sync_runs": len(sync),
+                "async_runs": len(asyn),
+                "sync_tta_s": s_tta,
+                "async_tta_s": a_tta,
+                "tta_ratio": s_tta / a_tta if a_tta else math.nan,
+                "sync_elapsed_s": sync["value"].median(),
+                "async_elapsed_s": asyn["value"].median(),
+            }
+        )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def run_times_view(elapsed: pd.DataFrame) -> pd.DataFrame:
+    """Best and worst total run time per workload x layer over its configs (seed 000, figures 9 and 10)."""
+    columns = ["workload", "layer", "rank", "config", "mode", "ps", "workers", "runs", "total_run_time_s",
+               "step_time_s", "max_accuracy"]  # fmt: skip
+    good = _ok(elapsed)
+    rows = []
+    for (workload, layer), group in good.groupby(["workload", "layer"], sort=True):
+        per_config = (
+            group.groupby("config_label")
+            .agg(
+                mode=("mode", "first"),
+                ps=("ps", "first"),
+                workers=("workers", "first"),
+                runs=("value", "size"),
+                total_run_time_s=("value", "median"),
+                step_time_s=("step_time_s", "median"),
+                max_accuracy=("max_accuracy", "max"),
+            )
+            .sort_values(["total_run_time_s"], kind="stable")
+        )
+        for rank, position in (("best", 0), ("worst", -1)):
+            config, row = per_config.index[position], per_config.iloc[position]
+            rows.append({"workload": workload, "layer": layer, "rank": rank, "config": config, **row.to_dict()})
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.astype({"ps": int, "workers": int, "runs": int}) if not frame.empty else frame
+
+
+def system_view(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per workload x config x layer x role: max CPU %, max RSS, mean and max network rates (seed 004)."""
+    columns = ["workload", "config", "layer", "role", "processes", "max_cpu_pct", "max_rss_mb", "rx_mb_s", "tx_mb_s",
+               "max_rx_mb_s", "max_tx_mb_s"]  # fmt: skip
+    good = runs[runs["status"] == "ok"] if not runs.empty else runs
+    if good.empty:
+        return pd.DataFrame(columns=columns)
+    frame = (
+        good.groupby(["workload", "config_label", "layer", "role"], sort=True)
+        .agg(
+            processes=("role", "size"),
+            max_cpu_pct=("max_cpu_pct", "max"),
+            max_rss_mb=("max_rss_mb", "max"),
+            rx_mb_s=("rx_mb_s", "median"),
+            tx_mb_s=("tx_mb_s", "median"),
+            max_rx_mb_s=("max_rx_mb_s", "max"),
+            max_tx_mb_s=("max_tx_mb_s", "max"),
+        )
+        .reset_index()
+        .rename(columns={"config_label": "config"})
+    )
+    frame = frame.dropna(subset=["max_cpu_pct", "max_rss_mb"], how="all")
+    return frame[columns].reset_index(drop=True)
+
+
+def step_times(runs: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, dict[str, list[float]]]:
+    """Pooled per-step times per workload x config x layer: a summary table and the samples for plots."""
+    columns = ["workload", "config", "layer", "steps", "p5_ms", "median_ms", "p95_ms"]
+    rows, samples = [], {}
+    good = runs[runs["status"] == "ok"] if not runs.empty else runs
+    if good.empty:
+        return pd.DataFrame(columns=columns), samples
+    for (workload, config), group in good.groupby(["workload", "config_label"], sort=True):
+        for layer in _layer_order(list(group["layer"]), baseline):
+            pooled = [s for lst in group.loc[group["layer"] == layer, "step_samples"] for s in lst]
+            if not pooled:
+                continue
+            p5, p50, p95 = np.percentile(np.asarray(pooled) * 1000, [5, 50, 95])
+            rows.append({"workload": workload, "config": config, "layer": layer, "steps": len(pooled),
+                         "p5_ms": p5, "median_ms": p50, "p95_ms": p95})  # fmt: skip
+            samples[f"{workload}|{config}|{layer}"] = pooled
+    return pd.DataFrame(rows, columns=columns), samples

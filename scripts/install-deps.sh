@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Install the Debian packages dlinfra needs, on a fresh Debian 12 machine, as root.
+# Idempotent: packages already installed are skipped, so a second run touches nothing.
+set -euo pipefail
+
+PACKAGES=(
+  # testbed hosts and the bm layer
+  openssh-server iproute2 iptables sysbench
+  # containers (ctr, ctr-vm)
+  docker.io podman runc
+  # VMs (vm); libvirt-python builds from source against libvirt-dev
+  libvirt-daemon-system qemu-system-x86 qemu-utils libvirt-dev pkg-config libxml2-utils e2fsprogs
+  # base images without a registry
+  debootstrap
+  # the store's PostgreSQL tests
+  postgresql
+  # the controller's Python environment
+  python3 python3-venv python3-dev gcc make
+  # the report's headless render test
+  chromium
+)
+
+if [[ ${EUID} -ne 0 ]]; then
+  echo "install-deps: run as root (apt-get needs it)" >&2
+  exit 1
+fi
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "${pkg}" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("${pkg}")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#PACKAGES[@]} Debian packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq "${missing[@]}" >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,116 @@
+"""The CLI as a user meets it: help, version, results commands, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from records import make_record
+from support import need, run_cli
+
+from dlinfra import __version__
+from dlinfra.results.store import CellOutcome, open_store
+
+COMMANDS = ["testbed", "run", "bench", "results", "report"]
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """A failure a user can fix is one line on stderr, names what is wrong, and exits non-zero."""
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("dlinfra: error: "), lines[0]
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_help_lists_every_command_and_version_prints() -> None:
+    result = run_cli("--help")
+    assert result.returncode == 0
+    listed = [line.split()[0] for line in result.stdout.split("Commands:")[1].splitlines() if line.startswith("  ")]
+    assert listed[: len(COMMANDS)] == COMMANDS
+    version = run_cli("--version")
+    assert version.returncode == 0 and __version__ in version.stdout
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_with_examples(command: str) -> None:
+    result = run_cli(command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Examples:" in result.stdout
+    assert f"dlinfra {command}" in result.stdout
+
+
+def test_unknown_subcommand_is_one_line() -> None:
+    assert_one_line_error(run_cli("frobnicate"), "No such command 'frobnicate'", "dlinfra --help")
+
+
+def test_malformed_db_url_is_one_line_and_hides_the_password() -> None:
+    result = run_cli("--db", "mysql://me:hunter2@db/x", "results", "list")
+    assert_one_line_error(result, "unsupported results store URL", "postgresql://")
+    assert "hunter2" not in result.stderr
+
+
+def test_unreachable_postgres_is_one_line_and_hides_the_password() -> None:
+    result = run_cli("--db", "postgresql://me:hunter2@127.0.0.1:1/x", "results", "list")
+    assert_one_line_error(result, "cannot connect to results store", "127.0.0.1:1")
+    assert "hunter2" not in result.stderr
+
+
+def test_missing_folder_is_one_line(tmp_path: Path) -> None:
+    assert_one_line_error(run_cli("--db", str(tmp_path / "nope" / "r.db"), "results", "list"), "does not exist")
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """A read-only tmpfs: root ignores permission bits, so only a read-only mount is unwritable for it."""
+    target = tmp_path / "ro"
+    target.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(target)]).returncode == 0
+    need(mounted, "permission to mount a read-only tmpfs (run as root)")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", str(target)])
+
+
+def test_unwritable_path_is_one_line(read_only_dir: Path) -> None:
+    assert_one_line_error(run_cli("--db", str(read_only_dir / "r.db"), "results", "list"), "not writable")
+
+
+def test_a_bad_flag_is_one_line() -> None:
+    assert_one_line_error(run_cli("results", "export", "--format", "xml", "--out", "x"), "'xml'")
+
+
+@pytest.fixture
+def filled_store(tmp_path: Path) -> Path:
+    db = tmp_path / "r.db"
+    with open_store(str(db)) as store:
+        store.add_campaign("demo-1", "demo", {})
+        for repeat, throughput in enumerate([100.0, 110.0]):
+            r = make_record("demo-1", repeat=repeat, throughput=throughput)
+            p = r.provenance
+            store.store_cell(CellOutcome("demo-1", p.cell_hash, repeat, "bm", "mnist-dnn", p.cell_config, "ok"), [r])
+    return db
+
+
+def test_results_list_show_and_export(filled_store: Path, tmp_path: Path) -> None:
+    listed = run_cli("--db", str(filled_store), "results", "list")
+    assert listed.returncode == 0 and "demo-1" in listed.stdout
+    shown = run_cli("--db", str(filled_store), "results", "show", "latest")
+    assert shown.returncode == 0 and "mnist-dnn" in shown.stdout and "110.0" in shown.stdout
+    for fmt in ("csv", "parquet"):
+        out = tmp_path / f"runs.{fmt}"
+        exported = run_cli("--db", str(filled_store), "results", "export", "--format", fmt, "--out", str(out))
+        assert exported.returncode == 0, exported.stderr
+        frame = pd.read_csv(out) if fmt == "csv" else pd.read_parquet(out)
+        assert sorted(frame["examples_per_sec"]) == [100.0, 110.0]
+        assert set(frame["campaign_id"]) == {"demo-1"}
+
+
+def test_results_show_unknown_campaign_is_one_line(filled_store: Path) -> None:
+    assert_one_line_error(run_cli("--db", str(filled_store), "results", "show", "nope"), "no campaign 'nope'")

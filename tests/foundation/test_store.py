@@ -1,0 +1,141 @@
+"""The results store, on a real SQLite file and a real PostgreSQL server, through the same code."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from records import make_record
+
+from dlinfra.errors import StoreError
+from dlinfra.record import RunRecord
+from dlinfra.results.store import STORE_SCHEMA_VERSION, CellOutcome, open_store
+
+WRITER = Path(__file__).with_name("store_writer.py")
+TESTS = Path(__file__).resolve().parent.parent
+
+
+def outcome_for(record: RunRecord, status: str = "ok", reason: str | None = None) -> CellOutcome:
+    p = record.provenance
+    return CellOutcome(p.campaign_id, p.cell_hash, p.repeat, p.layer, p.workload, p.cell_config, status, reason)
+
+
+def test_round_trip_keeps_every_field(store_url: str) -> None:
+    chief = make_record(role="chief", throughput=812.5)
+    worker = make_record(role="worker", task_index=1, throughput=400.25)
+    with open_store(store_url) as store:
+        store.add_campaign("c1", "demo", {"repeats": 3})
+        assert store.store_cell(outcome_for(chief), [chief, worker]) == 2
+    with open_store(store_url) as store:  # a fresh connection reads what the first wrote
+        assert store.records("c1") == [chief, worker]
+        (campaign,) = store.campaigns()
+        assert (campaign["campaign_id"], campaign["name"], campaign["cells"], campaign["runs"]) == ("c1", "demo", 1, 2)
+        assert store.campaign_spec("c1") == {"repeats": 3}
+        rows = store.runs("c1")
+        assert [r["examples_per_sec"] for r in rows] == [812.5, 400.25]
+        assert rows[0]["cpu_set"] == "0,1" and rows[0]["step_time_median_s"] == pytest.approx(0.11)
+
+
+def test_storing_the_same_run_twice_is_a_no_op(store_url: str) -> None:
+    record = make_record()
+    with open_store(store_url) as store:
+        store.add_campaign("c1", "demo", {})
+        store.add_campaign("c1", "renamed", {})
+        assert store.store_cell(outcome_for(record), [record]) == 1
+        assert store.store_cell(outcome_for(record), [record]) == 0
+        assert len(store.runs()) == 1
+        assert store.campaigns()[0]["name"] == "demo"
+
+
+def test_a_successful_retry_replaces_the_failed_cell(store_url: str) -> None:
+    failed = make_record(status="failed")
+    ok = make_record(throughput=990.0)
+    with open_store(store_url) as store:
+        store.add_campaign("c1", "demo", {})
+        store.store_cell(outcome_for(failed, "failed", "host h2 unreachable"), [failed])
+        assert store.done_cells("c1") == set()
+        assert store.cells("c1")[0]["failure_reason"] == "host h2 unreachable"
+        store.store_cell(outcome_for(ok), [ok])
+        assert store.done_cells("c1") == {(ok.provenance.cell_hash, 0)}
+        assert [r.metrics.examples_per_sec for r in store.records("c1")] == [990.0]
+
+
+def test_a_record_of_another_cell_is_refused(store_url: str) -> None:
+    a = make_record(repeat=0)
+    b = make_record(repeat=1)
+    with open_store(store_url) as store, pytest.raises(StoreError, match="belongs to cell"):
+        store.store_cell(outcome_for(a), [a, b])
+
+
+def _writer(url: str, campaign: str, first: int, count: int, *extra: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(
+        [sys.executable, str(WRITER), url, campaign, str(first), str(count), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def test_two_processes_write_concurrently_without_loss(store_url: str) -> None:
+    open_store(store_url).close()  # create the schema before the race
+    writers = [_writer(store_url, "conc", 0, 40), _writer(store_url, "conc", 1000, 40)]
+    for w in writers:
+        out, err = w.communicate(timeout=300)
+        assert w.returncode == 0, err
+        assert "DONE" in out
+    with open_store(store_url) as store:
+        assert len(store.cells("conc")) == 80
+        assert len(store.runs("conc")) == 240
+
+
+def test_sigkill_mid_transaction_leaves_no_partial_cell(store_url: str) -> None:
+    writer = _writer(store_url, "killed", 0, 3, "--pause-in-cell", "2")
+    assert writer.stdout is not None
+    line = writer.stdout.readline()
+    assert line.strip() == "PAUSED", writer.stderr.read() if writer.stderr else line
+    writer.send_signal(signal.SIGKILL)
+    writer.wait(timeout=30)
+    with open_store(store_url) as store:
+        cells = store.cells("killed")
+        assert sorted(c["config"]["batch_size"] for c in cells) == [0, 1]  # cell 2 is absent, not half there
+        assert len(store.runs("killed")) == 6
+        assert all(len([r for r in store.runs("killed") if r["cell_hash"] == c["cell_hash"]]) == 3 for c in cells)
+    if not store_url.startswith("postgresql"):
+        with sqlite3.connect(store_url) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_a_store_of_another_schema_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    open_store(str(path)).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match=f"schema version 999, this dlinfra uses {STORE_SCHEMA_VERSION}"):
+        open_store(str(path))
+
+
+def test_sqlite_store_uses_wal(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    open_store(str(path)).close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_unknown_and_ambiguous_campaigns_are_named(tmp_path: Path) -> None:
+    with open_store(str(tmp_path / "r.db")) as store:
+        with pytest.raises(StoreError, match="holds no campaigns"):
+            store.resolve_campaign("latest")
+        store.add_campaign("bench-1", "one", {})
+        store.add_campaign("bench-2", "two", {})
+        assert store.resolve_campaign("two") == "bench-2"
+        with pytest.raises(StoreError, match="ambiguous"):
+            store.resolve_campaign("bench-")
+        with pytest.raises(StoreError, match="no campaign 'nope'"):
+            store.resolve_campaign("nope")
