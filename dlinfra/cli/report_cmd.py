@@ -1,12 +1,94 @@
-"""``dlinfra report``: placeholder until its issue lands."""
+"""``dlinfra report``: what each layer costs against the baseline, with confidence intervals and plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
+from dlinfra.cli.common import console, err_console, store_from
 from dlinfra.errors import DlinfraError
 
+EPILOG = """\b
+Examples:
+  dlinfra report                                   # latest campaign, throughput vs bm, terminal table
+  dlinfra report --campaign demo --metric elapsed  # a campaign by name, wall time instead
+  dlinfra report --baseline ctr                    # overhead of ctr-vm against ctr
+  dlinfra report --format html --out report.html   # one self-contained page with plots
+  dlinfra report --format csv --out overhead.csv   # '#' lines carry the warnings
+  dlinfra report --format csv --view scaling       # another view as CSV
+  dlinfra report --format json | jq .warnings
+  dlinfra report --compare-seed 000                # beside seed 000's published figures
+\b
+Overhead > 0 means worse than the baseline (slower, or longer). The interval is
+a 95% bootstrap CI of the ratio of means over repeats; see docs/report.md.
+"""
 
-@click.command(context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def report(args: tuple[str, ...]) -> None:
-    """(not built yet)"""
-    raise DlinfraError("'dlinfra report' is not built yet")
+VIEWS = ("overhead", "scaling", "ps", "sync_async", "run_times", "system", "step_times", "seed")
+
+
+@click.command(epilog=EPILOG)
+@click.option("--campaign", default="latest", show_default=True, help="Campaign id, unique prefix, name or 'latest'.")
+@click.option("--baseline", default="bm", show_default=True, help="Layer to compare the others against.")
+@click.option(
+    "--metric",
+    type=click.Choice(["throughput", "elapsed", "time-to-accuracy"]),
+    default="throughput",
+    show_default=True,
+    help="throughput = examples/s; elapsed = wall time launch to finish; time-to-accuracy = s to the target.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "markdown", "csv", "json", "html"]),
+    default="table",
+    show_default=True,
+)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file instead of stdout.")
+@click.option(
+    "--compare-seed",
+    type=click.Choice(["000", "002", "003", "004"]),
+    help="Put the seed study's published figures beside this campaign's, as ratios.",
+)
+@click.option(
+    "--view",
+    type=click.Choice(VIEWS),
+    default="overhead",
+    show_default=True,
+    help="Which view --format csv writes (the other formats show every view).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap RNG seed (same seed, same report).")
+@click.pass_context
+def report(
+    ctx: click.Context,
+    campaign: str,
+    baseline: str,
+    metric: str,
+    fmt: str,
+    out: Path | None,
+    compare_seed: str | None,
+    view: str,
+    seed: int,
+) -> None:
+    """Compare the layers of a campaign: median, IQR and CV per layer, overhead
+    against the baseline with a bootstrap 95% CI and a verdict, scaling,
+    parameter-server and sync/async views, system use per role, and warnings."""
+    from dlinfra.report.build import build_report
+    from dlinfra.report.render import render
+
+    if view == "seed" and not compare_seed:
+        raise DlinfraError("--view seed needs --compare-seed", "e.g. --compare-seed 000 --view seed")
+    with store_from(ctx) as store:
+        result = build_report(store, campaign, baseline, metric, seed=seed, compare_seed=compare_seed)
+    width = console.width if console.is_terminal and out is None else None
+    text = render(result, fmt, width=width, view=view)
+    if out is None:
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise DlinfraError(f"cannot write {out}: {exc.strerror or exc}", "choose another --out") from None
+    err_console.print(f"wrote {fmt} report of campaign {result.campaign_id} to {out} ({len(result.warnings)} warning(s))")
+    for w in result.warnings:
+        err_console.print(f"  ! {w.line()}", markup=False, highlight=False)

@@ -1,12 +1,84 @@
-"""``dlinfra run``: placeholder until its issue lands."""
+"""``dlinfra run``: run (or resume) a campaign spec and store every cell as it ends."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import click
+from rich.table import Table
 
-from dlinfra.errors import DlinfraError
+from dlinfra.cli.common import console, err_console, store_from
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def run(args: tuple[str, ...]) -> None:
-    """(not built yet)"""
-    raise DlinfraError("'dlinfra run' is not built yet")
+@click.command(
+    epilog="""\b
+Examples:
+  dlinfra run campaigns/demo.yml
+  dlinfra run campaigns/demo.yml --inventory inventory/cluster.yml
+  dlinfra run campaigns/demo.yml --resume                 # the latest campaign of that name
+  dlinfra run campaigns/demo.yml --resume --campaign-id demo-20261122T040000Z
+  dlinfra --db postgresql://bench@db.example/dlinfra run campaigns/seed000.yml --artifacts /var/tmp/art
+"""
+)
+@click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--resume", is_flag=True, help="Skip cells already stored as ok for this campaign (same config hash).")
+@click.option("--campaign-id", default=None, help="Campaign id (default: NAME-UTCSTAMP; with --resume: the latest).")
+@click.option(
+    "--artifacts",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder for Ansible run artifacts (secrets scrubbed). Default: artifacts/CAMPAIGN_ID.",
+)
+@click.option("--inventory", default=None, help="Ansible inventory (path or testbed:NAME); overrides the spec's.")
+@click.option("--skip-deploy", is_flag=True, help="Do not run the deploy playbook; still check every payload hash.")
+@click.option("--quiet", is_flag=True, help="No progress output; the summary only.")
+@click.pass_context
+def run(
+    ctx: click.Context,
+    spec: Path,
+    resume: bool,
+    campaign_id: str | None,
+    artifacts: Path | None,
+    inventory: str | None,
+    skip_deploy: bool,
+    quiet: bool,
+) -> int:
+    """Run the campaign SPEC: provision, deploy, run every cell x repeat, store each as it ends."""
+    from dlinfra.orchestration.campaign import run_campaign
+
+    with store_from(ctx) as store:
+        result = run_campaign(
+            spec,
+            store,
+            campaign_id=campaign_id,
+            resume=resume,
+            artifacts=artifacts,
+            inventory=inventory,
+            skip_deploy=skip_deploy,
+            console=err_console,
+            quiet=quiet,
+        )
+    table = Table(
+        "cell", "repeat", "status", "wall s", "payload s", "overhead s", title=f"campaign {result.campaign_id}"
+    )
+    for s in result.ran:
+        elapsed = s.run.payload_elapsed_s
+        table.add_row(
+            s.cell.label(),
+            str(s.repeat),
+            "ok" if s.run.status == "ok" else f"[red]failed[/red]: {s.run.failure_reason}",
+            f"{s.run.wall_s:.2f}",
+            f"{elapsed:.2f}" if elapsed is not None else "-",
+            f"{s.overhead_s:.2f}" if s.overhead_s is not None else "-",
+        )
+    if result.ran:
+        console.print(table)
+    ok = len(result.ran) - len(result.failed)
+    console.print(
+        f"campaign {result.campaign_id}: {ok} ok, {len(result.failed)} failed, "
+        f"{result.skipped} skipped (already stored)"
+        + (" — interrupted; stored cells are kept, rerun with --resume" if result.interrupted else "")
+    )
+    if result.interrupted:
+        return 130
+    return 1 if result.failed else 0

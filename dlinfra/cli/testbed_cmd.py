@@ -1,12 +1,120 @@
-"""``dlinfra testbed``: placeholder until its issue lands."""
+"""``dlinfra testbed``: a local testbed of SSH hosts in network namespaces (needs root)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
 
 import click
+from rich.table import Table
 
-from dlinfra.errors import DlinfraError
+from dlinfra.cli.common import console
+
+NAME_OPTION = click.option(
+    "--name", default="dlinfra", show_default=True, help="Testbed name: several testbeds can coexist."
+)
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def testbed(args: tuple[str, ...]) -> None:
-    """(not built yet)"""
-    raise DlinfraError("'dlinfra testbed' is not built yet")
+@click.group(
+    epilog="""\b
+Examples:
+  sudo dlinfra testbed up --local --hosts 3
+  sudo dlinfra testbed up --local --hosts 2 --name ci --subnet 10.213.90.0/24
+  dlinfra testbed status
+  sudo dlinfra testbed down
+"""
+)
+def testbed() -> None:
+    """Create, inspect and remove a local testbed: N SSH hosts in network namespaces on this machine."""
+
+
+@testbed.command(
+    "up",
+    epilog="""\b
+Examples:
+  sudo dlinfra testbed up --local --hosts 3
+  sudo dlinfra testbed up --local --hosts 8 --name bench --inventory-out inventory/bench.yml
+""",
+)
+@click.option("--local", "local", is_flag=True, required=True, help="Build the hosts on this machine (the only kind).")
+@click.option("--hosts", type=click.IntRange(1, 60), default=3, show_default=True, help="How many hosts.")
+@NAME_OPTION
+@click.option("--subnet", default=None, help="IPv4 /24 for the hosts (default: the first free one from 10.213.47.0).")
+@click.option(
+    "--inventory-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the inventory here (it is always written to the testbed's state folder).",
+)
+def up(local: bool, hosts: int, name: str, subnet: str | None, inventory_out: Path | None) -> None:
+    """Create HOSTS SSH hosts (idempotent: a second call restarts what is missing)."""
+    from dlinfra.testbed.local import LocalTestbed
+
+    started = time.monotonic()
+    st = LocalTestbed(name).up(hosts, subnet=subnet, inventory_out=inventory_out)
+    console.print(
+        f"testbed [bold]{st.name}[/bold] up: {len(st.hosts)} hosts on {st.bridge} ({st.subnet}) "
+        f"in {time.monotonic() - started:.1f} s"
+    )
+    console.print(f"inventory: {st.inventory}")
+    if inventory_out:
+        console.print(f"inventory copy: {inventory_out}")
+
+
+@testbed.command("status", epilog="\b\nExamples:\n  dlinfra testbed status\n  dlinfra testbed status --json")
+@NAME_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(name: str, as_json: bool) -> None:
+    """Show the testbed's hosts: namespace, sshd, SSH answering. Exit 1 when not fully up."""
+    from dlinfra.testbed.local import LocalTestbed
+
+    info = LocalTestbed(name).status()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    elif not info["hosts"]:
+        console.print(f"testbed {name} is down (nothing exists)")
+    else:
+        table = Table("host", "address", "netns", "sshd", "ssh", title=f"testbed {name} on {info['bridge']}")
+        for h in info["hosts"]:
+            table.add_row(
+                h["name"], h["address"], *("yes" if h[k] else "[red]no[/red]" for k in ("netns", "sshd", "ssh"))
+            )
+        console.print(table)
+        console.print(f"inventory: {info['inventory']}")
+    if not info["up"]:
+        raise SystemExit(1)
+
+
+@testbed.command("down", epilog="\b\nExamples:\n  sudo dlinfra testbed down\n  sudo dlinfra testbed down --name ci")
+@NAME_OPTION
+def down(name: str) -> None:
+    """Remove everything 'up' made for this testbed, and nothing else (idempotent)."""
+    from dlinfra.testbed.local import LocalTestbed
+
+    removed = LocalTestbed(name).down()
+    console.print(f"testbed {name} removed" if removed else f"testbed {name} was not up: nothing to remove")
+
+
+@testbed.command(
+    "stop-host", epilog="\b\nExamples:\n  sudo dlinfra testbed stop-host dlinfra-h2   # simulate a dead host"
+)
+@click.argument("host")
+@NAME_OPTION
+def stop_host(host: str, name: str) -> None:
+    """Kill every process of HOST (sshd, sessions, payload), as if it died."""
+    from dlinfra.testbed.local import LocalTestbed
+
+    LocalTestbed(name).stop_host(host)
+    console.print(f"host {host} stopped")
+
+
+@testbed.command("start-host", epilog="\b\nExamples:\n  sudo dlinfra testbed start-host dlinfra-h2")
+@click.argument("host")
+@NAME_OPTION
+def start_host(host: str, name: str) -> None:
+    """Start HOST's sshd again after stop-host."""
+    from dlinfra.testbed.local import LocalTestbed
+
+    LocalTestbed(name).start_host(host)
+    console.print(f"host {host} started")

@@ -127,8 +127,8 @@ class Engine:
         """
         if self.kind == "docker":
             probe = ["version", "--format", "{{json .}}"]
-        else:
-            probe = ["version", "--format", "json"]
+        else:  # podman has no server: ask it for its OCI runtime, which fails when that runtime is missing
+            probe = ["info", "--format", '{"Server": {{json .Host.OCIRuntime}}}']
         try:
             result = subprocess.run(self.argv(*probe), capture_output=True, text=True, timeout=60)
         except FileNotFoundError as exc:
@@ -156,7 +156,7 @@ class Engine:
                 f"host {self.host}: podman cannot run containers with runtime {self.runtime}: {_tail(text)}",
                 "install runc and podman (role podman_host)",
             )
-        version = server.get("Version") or server.get("APIVersion") or "?"
+        version = server.get("Version") or server.get("version") or "?"
         return str(version)
 
     def _missing(self) -> TargetError:
@@ -181,12 +181,26 @@ class Engine:
             out = self.run("images", "--filter", f"label={label}", "--format", "{{.Repository}}:{{.Tag}}").stdout
         return [line.strip() for line in out.splitlines() if line.strip() and "<none>" not in line]
 
-    def exec_argv(self, container: str, command: Sequence[str], *, env: dict[str, str] | None = None) -> list[str]:
-        """The argv that runs ``command`` inside ``container`` (what the run engine executes on the host)."""
+    def exec_argv(
+        self,
+        container: str,
+        command: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        mount_ns_of: int | None = None,
+    ) -> list[str]:
+        """The argv that runs ``command`` inside ``container`` (what the run engine executes on the host).
+
+        ``mount_ns_of``: run the CLI in that process's mount namespace. Needed for podman on the
+        local testbed, whose sshd runs under ``ip netns exec``: its private /sys hides the cgroup
+        mounts that podman (no daemon does it for it) writes to on exec. The container's conmon
+        lives in the machine's mount namespace, so its pid is used.
+        """
         flags: list[str] = []
         for key, value in (env or {}).items():
             flags += ["--env", f"{key}={value}"]
-        return [*self.base_argv(), "exec", "-i", *flags, container, *command]
+        prefix = ["nsenter", f"--mount=/proc/{int(mount_ns_of)}/ns/mnt", "--"] if mount_ns_of else []
+        return [*prefix, *self.base_argv(), "exec", "-i", *flags, container, *command]
 
 
 def _base_env() -> dict[str, str]:

@@ -149,8 +149,17 @@ class GuestSpec:
     @classmethod
     def from_dict(cls, data: dict, where: str = "guest") -> GuestSpec:
         """Build from a campaign mapping (``cpuset: "2-3"``, ``devices: ["10de:1b80"]``, ``memory_mib: 2048``)."""
-        known = {"name", "vcpus", "memory_mib", "cpuset", "emulator_cpuset", "numa_node", "hugepages", "devices",
-                 "emulation"}
+        known = {
+            "name",
+            "vcpus",
+            "memory_mib",
+            "cpuset",
+            "emulator_cpuset",
+            "numa_node",
+            "hugepages",
+            "devices",
+            "emulation",
+        }
         unknown = sorted(set(data) - known)
         if unknown:
             raise SpecError(f"{where}: unknown field(s) {', '.join(unknown)}", f"known: {', '.join(sorted(known))}")

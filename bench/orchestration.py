@@ -1,0 +1,136 @@
+"""Orchestration benchmark on the local testbed (needs root).
+
+Prints:
+  * deploy time for 1, 4 and 8 fresh hosts (cold: venv + TensorFlow install), and the no-op redeploy;
+  * per-cell overhead = cell wall time - the payload's own elapsed time, for single and distributed cells,
+    with where it goes (connect, prepare, run, fetch).
+
+Targets (issue 4): per-cell overhead < 2 s on deployed hosts; 8-host deploy within 2x of 1-host.
+
+    sudo python bench/orchestration.py                 # 1, 4, 8 hosts + overhead
+    sudo python bench/orchestration.py --hosts 1,4 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from dlinfra.inventory import load_inventory
+from dlinfra.orchestration.cells import Cell, plan
+from dlinfra.orchestration.deploy import deploy
+from dlinfra.orchestration.launch import Launcher
+from dlinfra.orchestration.wheelhouse import build_wheelhouse
+from dlinfra.providers.base import LayerSpec
+from dlinfra.providers.bm import BareMetalProvider
+from dlinfra.record import config_hash
+from dlinfra.testbed.local import LocalTestbed
+
+
+def _targets(state):  # a TestbedState
+    return BareMetalProvider().up(LayerSpec("bm", load_inventory(state.inventory), state.inventory))
+
+
+def bench_deploy(n: int, artifacts: Path) -> tuple[float, float, float]:
+    """(testbed up s, cold deploy s, no-op redeploy s) on n fresh hosts."""
+    tb = LocalTestbed(f"dlbench{n}")
+    tb.down()
+    try:
+        t0 = time.monotonic()
+        state = tb.up(n)
+        up_s = time.monotonic() - t0
+        targets = _targets(state)
+        wh = build_wheelhouse()
+        t0 = time.monotonic()
+        deploy(targets, artifacts_dir=artifacts / f"deploy-{n}", wheelhouse=wh, quiet=True)
+        cold = time.monotonic() - t0
+        t0 = time.monotonic()
+        again = deploy(targets, artifacts_dir=artifacts / f"redeploy-{n}", wheelhouse=wh, quiet=True)
+        warm = time.monotonic() - t0
+        assert again.changed == 0, "redeploy changed something"
+        return up_s, cold, warm
+    finally:
+        tb.down()
+
+
+def bench_cells(repeats: int, artifacts: Path) -> list[tuple[str, list[float], dict[str, float]]]:
+    tb = LocalTestbed("dlbenchcell")
+    tb.down()
+    rows = []
+    try:
+        state = tb.up(3)
+        targets = _targets(state)
+        deploy(targets, artifacts_dir=artifacts / "deploy-cells", quiet=True)
+        by_name = {t.name: t for t in targets}
+        launcher = Launcher("bench-orchestration")
+        base = {"layer": "bm", "workload": "mnist-dnn", "warmup_steps": 2, "steps": 20, "batch_size": 64}
+        kinds = {
+            "single": {**base, "mode": "single", "host": targets[0].physical_host},
+            "ps-async 1ps x 2w": {
+                **base, "mode": "ps-async", "ps": 1, "workers": 2, "placement": "spread",
+                "hosts": [t.physical_host for t in targets],
+            },
+        }  # fmt: skip
+        for label, config in kinds.items():
+            names = [targets[0].name] if config["mode"] == "single" else [t.name for t in targets]
+            cell = Cell(config=config, hash=config_hash(config), targets=names)
+            overheads: list[float] = []
+            phases: dict[str, list[float]] = {}
+            for r in range(repeats + 1):  # the first run opens the connections: reported apart
+                run = launcher.run_cell(cell, r, plan(cell, by_name), timeout=300)
+                if run.status != "ok" or run.payload_elapsed_s is None:
+                    print(f"  {label} repeat {r} failed: {run.failure_reason}", file=sys.stderr)
+                    continue
+                overhead = run.wall_s - run.payload_elapsed_s
+                if r == 0:
+                    print(f"  {label}: first cell (connections opened) overhead {overhead:.2f} s")
+                    continue
+                overheads.append(overhead)
+                for k, v in run.phases.items():
+                    phases.setdefault(k, []).append(v)
+            rows.append((label, overheads, {k: statistics.median(v) for k, v in phases.items()}))
+        launcher.close()
+    finally:
+        tb.down()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hosts", default="1,4,8", help="host counts for the deploy timing (default 1,4,8)")
+    parser.add_argument("--repeats", type=int, default=3, help="cells per kind for the overhead (default 3)")
+    parser.add_argument("--artifacts", type=Path, default=Path("artifacts/bench-orchestration"))
+    parser.add_argument("--skip-deploy", action="store_true", help="only the per-cell overhead")
+    args = parser.parse_args()
+    print("building the wheelhouse (cached)...")
+    t0 = time.monotonic()
+    wh = build_wheelhouse()
+    print(f"wheelhouse: {len(wh.files)} wheels, {sum(f.stat().st_size for f in wh.files) / 1e6:.0f} MB, "
+          f"{time.monotonic() - t0:.1f} s")  # fmt: skip
+    deploys = {}
+    if not args.skip_deploy:
+        for n in [int(x) for x in args.hosts.split(",")]:
+            up_s, cold, warm = bench_deploy(n, args.artifacts)
+            deploys[n] = cold
+            print(f"deploy {n} host(s): testbed up {up_s:.2f} s, cold deploy {cold:.1f} s, no-op redeploy {warm:.1f} s")
+    rows = bench_cells(args.repeats, args.artifacts)
+    print()
+    print("figure                                   value")
+    for n, cold in deploys.items():
+        print(f"deploy time, {n} host(s), cold         {cold:8.1f} s")
+    if 1 in deploys and 8 in deploys:
+        print(f"8-host / 1-host deploy ratio           {deploys[8] / deploys[1]:8.2f}   (target <= 2)")
+    for label, overheads, phases in rows:
+        if overheads:
+            med = statistics.median(overheads)
+            print(f"per-cell overhead, {label:<18}  {med:8.2f} s median of {len(overheads)} "
+                  f"(max {max(overheads):.2f}; target < 2 s)")  # fmt: skip
+            print("    phases (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

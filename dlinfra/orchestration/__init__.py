@@ -1,0 +1,1 @@
+"""The run engine every layer plugs into: Ansible via ansible-runner, wheelhouse, deploy, spec, cells, launch."""

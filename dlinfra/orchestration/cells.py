@@ -1,0 +1,233 @@
+"""From a spec's matrix to cells, and from a cell to processes placed on targets.
+
+A *cell* is one point of the matrix on one layer: its config (a plain dict)
+and the hash of that config identify it in the store, so ``--resume`` finds
+it again. A cell's processes are placed on targets either ``spread`` (ps and
+workers each on a distinct target; the chief, which only coordinates, joins
+the least loaded one) or ``pack`` (all on one target, each with its own
+disjoint CPU set, seed 000's "CPU affinity").
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlinfra.errors import SpecError
+from dlinfra.orchestration.spec import CampaignSpec, WorkloadSpec
+from dlinfra.providers.base import Target
+from dlinfra.record import config_hash
+
+DISTRIBUTED_DEFAULTS = {"ps": 1, "workers": 2}
+
+
+@dataclass
+class Cell:
+    config: dict[str, Any]
+    hash: str
+    #: Names of the targets this cell may use, in order.
+    targets: list[str]
+
+    @property
+    def layer(self) -> str:
+        return str(self.config["layer"])
+
+    @property
+    def workload(self) -> str:
+        return str(self.config["workload"])
+
+    @property
+    def mode(self) -> str:
+        return str(self.config["mode"])
+
+    def label(self) -> str:
+        c = self.config
+        where = c.get("host") or f"{c.get('ps', 0)}ps x {c.get('workers', 0)}w {c.get('placement')}"
+        return f"{c['layer']}/{c['workload']}/{c['mode']} {where}"
+
+
+@dataclass
+class Process:
+    role: str
+    index: int
+    target: Target
+    cpus: list[int] = field(default_factory=list)
+    port: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.role}-{self.index}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.target.address}:{self.port}"
+
+
+_SUBSCRIPT = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<a>-?\d+)(?::(?P<b>-?\d+))?\]$")
+
+
+def _match(pattern: str, targets: list[Target]) -> list[Target]:
+    """Targets named by an Ansible-style pattern: a host, a group, ``all``, or ``GROUP[i]`` / ``GROUP[i:j]``.
+
+    Subscripts are inclusive, as in Ansible (``all[0:1]`` is the first two).
+    """
+    m = _SUBSCRIPT.match(pattern)
+    name = m.group("name") if m else pattern
+    if name == "all":
+        matched = list(targets)
+    else:
+        matched = [t for t in targets if name in (t.name, t.physical_host) or name in t.facts.get("groups", [])]
+    if m and matched:
+        a = int(m.group("a"))
+        b = int(m.group("b")) if m.group("b") is not None else a
+        a, b = (a % len(matched), b % len(matched)) if a < 0 or b < 0 else (a, b)
+        matched = matched[a : b + 1]
+    return matched
+
+
+def _targets_for(workload: WorkloadSpec, targets: list[Target], spec: CampaignSpec, layer: str) -> list[Target]:
+    if not workload.on:
+        return list(targets)
+    chosen: list[Target] = []
+    for pattern in workload.on:
+        matched = _match(pattern, targets)
+        if not matched:
+            raise SpecError(
+                f"{spec.path}:{workload.line}: workloads: {workload.name}: hosts names {pattern!r}, "
+                f"which matches no host with layer {layer}",
+                f"hosts here: {', '.join(t.physical_host for t in targets) or 'none'}",
+            )
+        chosen.extend(t for t in matched if t not in chosen)
+    return chosen
+
+
+def expand(spec: CampaignSpec, targets_by_layer: dict[str, list[Target]]) -> list[Cell]:
+    """Every cell of the campaign, in spec order, without duplicates."""
+    cells: list[Cell] = []
+    seen: set[str] = set()
+    for layer in spec.layers:
+        layer_targets = targets_by_layer.get(layer, [])
+        for workload in spec.workloads:
+            chosen = _targets_for(workload, layer_targets, spec, layer)
+            keys = sorted(workload.matrix)
+            for values in itertools.product(*(workload.matrix[k] for k in keys)):
+                point = dict(zip(keys, values, strict=True))
+                base = {
+                    "layer": layer,
+                    "workload": workload.name,
+                    "warmup_steps": spec.warmup_steps,
+                    "steps": spec.steps,
+                    **point,
+                }
+                if point["mode"] == "single":
+                    base.pop("ps", None)
+                    base.pop("workers", None)
+                    base.pop("placement", None)
+                    for t in chosen:
+                        config = {**base, "host": t.physical_host}
+                        _add(cells, seen, config, [t.name])
+                else:
+                    base.setdefault("ps", DISTRIBUTED_DEFAULTS["ps"])
+                    base.setdefault("workers", DISTRIBUTED_DEFAULTS["workers"])
+                    if point["mode"] == "sync":
+                        base["ps"] = 0
+                    config = {**base, "hosts": [t.physical_host for t in chosen]}
+                    cell = _add(cells, seen, config, [t.name for t in chosen])
+                    if cell is not None:
+                        plan(cell, {t.name: t for t in chosen})  # fail now, not after hours of other cells
+    return cells
+
+
+def _add(cells: list[Cell], seen: set[str], config: dict[str, Any], targets: list[str]) -> Cell | None:
+    h = config_hash(config)
+    if h in seen:
+        return None
+    seen.add(h)
+    cell = Cell(config=config, hash=h, targets=targets)
+    cells.append(cell)
+    return cell
+
+
+def _roles(config: dict[str, Any]) -> list[tuple[str, int]]:
+    mode = config["mode"]
+    if mode == "single":
+        return [("single", 0)]
+    ps = [("ps", i) for i in range(int(config.get("ps", 0)))]
+    workers = [("worker", i) for i in range(int(config["workers"]))]
+    chief = [("chief", 0)] if mode == "ps-async" else []
+    return ps + workers + chief
+
+
+def _split(cpus: list[int], parts: int) -> list[list[int]]:
+    """Disjoint contiguous chunks (sizes differ by at most one)."""
+    size, extra = divmod(len(cpus), parts)
+    out, start = [], 0
+    for i in range(parts):
+        n = size + (1 if i < extra else 0)
+        out.append(cpus[start : start + n])
+        start += n
+    return out
+
+
+def plan(cell: Cell, targets: dict[str, Target]) -> list[Process]:
+    """Place the cell's processes on targets and give each its CPU set (ports come at launch)."""
+    roles = _roles(cell.config)
+    names = [n for n in cell.targets if n in targets]
+    if not names:
+        raise SpecError(f"cell {cell.label()}: none of its targets is available")
+    if cell.mode == "single":
+        t = targets[names[0]]
+        return [Process("single", 0, t, list(t.cpu_set))]
+    placement = cell.config.get("placement", "spread")
+    assignment: dict[str, list[tuple[str, int]]] = {n: [] for n in names}
+    if placement == "pack":
+        assignment[names[0]] = list(roles)
+    else:
+        spread = [r for r in roles if r[0] != "chief"]
+        if len(spread) > len(names):
+            raise SpecError(
+                f"cell {cell.label()}: placement spread needs {len(spread)} distinct hosts "
+                f"(ps + workers), only {len(names)} are selected",
+                "add hosts to the workload's hosts, lower ps/workers, or use placement pack",
+            )
+        for role, name in zip(spread, names, strict=False):
+            assignment[name].append(role)
+        chiefs = [r for r in roles if r[0] == "chief"]
+        for role in chiefs:
+            least = min(names, key=lambda n: len(assignment[n]))
+            assignment[least].append(role)
+    processes: list[Process] = []
+    for name, placed in assignment.items():
+        if not placed:
+            continue
+        t = targets[name]
+        if len(t.cpu_set) >= len(placed):
+            sets = _split(t.cpu_set, len(placed))
+        elif placement == "pack":
+            raise SpecError(
+                f"cell {cell.label()}: placement pack needs {len(placed)} disjoint CPU sets on {t.name}, "
+                f"which has {len(t.cpu_set)} CPUs ({json.dumps(t.cpu_set)})",
+                "use fewer processes, placement spread, or a host with more CPUs",
+            )
+        else:
+            sets = [list(t.cpu_set) for _ in placed]
+        for (role, index), cpus in zip(placed, sets, strict=True):
+            processes.append(Process(role, index, t, cpus))
+    order = {"chief": 0, "worker": 1, "ps": 2}
+    processes.sort(key=lambda p: (order.get(p.role, 3), p.index))
+    return processes
+
+
+def tf_config(processes: list[Process], me: Process) -> dict[str, Any] | None:
+    """The standard TF_CONFIG for ``me``: the cluster from target addresses and ports."""
+    if me.role == "single":
+        return None
+    cluster: dict[str, list[str]] = {}
+    for role in ("chief", "worker", "ps"):
+        members = sorted((p for p in processes if p.role == role), key=lambda p: p.index)
+        if members:
+            cluster[role] = [p.endpoint for p in members]
+    return {"cluster": cluster, "task": {"type": me.role, "index": me.index}}

@@ -1,0 +1,124 @@
+"""Deploy the payload to targets and prove they all run the same bytes.
+
+Why the identity check after Ansible: a role that "succeeded" can still leave
+a target with other bytes (an old venv, a hand-installed package). Each target
+reports ``python -m dlinfra.payload identity``; any target whose
+``payload_hash`` differs from the controller's is refused, by name. The
+controller's hash is that of the source snapshot the wheelhouse was built
+from, so an edit to the checkout during a deploy cannot hide a mismatch.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.orchestration.ansible import PlaybookResult, run_playbook
+from dlinfra.orchestration.ssh import connect, remote_command
+from dlinfra.orchestration.wheelhouse import Wheelhouse, build_wheelhouse
+from dlinfra.providers.base import Target
+
+
+@dataclass
+class DeployResult:
+    wheelhouse: Wheelhouse
+    playbook: PlaybookResult
+    payload_hash: str
+    identities: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def changed(self) -> int:
+        return self.playbook.changed
+
+
+def _parse_identity(text: str, where: str) -> dict[str, Any]:
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(data, dict) and "payload_hash" in data:
+                return data
+    raise TargetError(f"{where}: 'python -m dlinfra.payload identity' printed no identity", "redeploy the payload")
+
+
+def controller_identity() -> dict[str, Any]:
+    """The identity of the payload as the controller's sources define it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "dlinfra.payload", "identity"], capture_output=True, text=True, timeout=120, check=False
+    )
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DlinfraError(f"the controller cannot compute the payload identity: {last}")
+    return _parse_identity(proc.stdout, "controller")
+
+
+def target_identity(target: Target, timeout: float = 120) -> dict[str, Any]:
+    """The identity the payload venv on ``target`` reports."""
+    conn = connect(target)
+    try:
+        result = conn.run(
+            remote_command([target.python, "-m", "dlinfra.payload", "identity"]),
+            hide=True, warn=True, timeout=timeout, in_stream=False,
+        )  # fmt: skip
+    finally:
+        conn.close()
+    if result.exited != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise TargetError(f"host {target.name}: the payload does not start: {last}", "redeploy the payload")
+    return _parse_identity(result.stdout, f"host {target.name}")
+
+
+def verify_identities(targets: list[Target], expected: str) -> dict[str, dict[str, Any]]:
+    """Ask every target for its identity; refuse (by name) any whose payload hash is not ``expected``."""
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(targets)))) as pool:
+        found = dict(zip([t.name for t in targets], pool.map(target_identity, targets), strict=True))
+    wrong = [(name, ident["payload_hash"]) for name, ident in found.items() if ident["payload_hash"] != expected]
+    if wrong:
+        listing = ", ".join(f"{name} has {h[:12]}" for name, h in wrong)
+        raise TargetError(
+            f"payload hash mismatch: the controller has {expected[:12]}, but {listing}",
+            "redeploy with 'dlinfra run' (it deploys first) or check those hosts by hand",
+        )
+    for t in targets:
+        t.facts["identity"] = found[t.name]
+    return found
+
+
+def deploy(
+    targets: list[Target],
+    *,
+    artifacts_dir: Path | None = None,
+    console: Console | None = None,
+    wheelhouse: Wheelhouse | None = None,
+    quiet: bool = False,
+) -> DeployResult:
+    """Install the wheelhouse on every target (Ansible), then check every target's payload hash."""
+    if not targets:
+        raise DlinfraError("nothing to deploy to: no targets")
+    started = time.monotonic()
+    wh = wheelhouse or build_wheelhouse()
+    result = run_playbook(
+        "deploy.yml",
+        targets=targets,
+        extravars={"payload_wheelhouse_tar": str(wh.tarball), "payload_lock_hash": wh.lock_hash},
+        artifacts_dir=artifacts_dir,
+        ident=f"deploy-{time.strftime('%Y%m%dT%H%M%S')}-{time.monotonic_ns() % 100000}",
+        console=console,
+        quiet=quiet,
+    )
+    result.raise_for_failure()
+    identities = verify_identities(targets, wh.payload_hash)
+    return DeployResult(wh, result, wh.payload_hash, identities, time.monotonic() - started)

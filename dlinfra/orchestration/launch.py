@@ -1,0 +1,369 @@
+"""Launch one cell: start every process together over SSH (fabric), wait, kill leftovers, fetch records.
+
+Why fabric and not Ansible here: a cell must cost well under 2 s beyond the
+payload's own time, and a distributed cell's processes must start together.
+Connections are pooled across cells; each process runs in its own thread
+behind a barrier; the remote side is wrapped in ``timeout`` so a process
+outlives neither the cell timeout nor a lost controller. Every remote command
+is an argument list quoted piece by piece (no value from a spec or an
+inventory is ever parsed by a shell).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from dlinfra.errors import TargetError
+from dlinfra.orchestration.cells import Cell, Process, tf_config
+from dlinfra.orchestration.ssh import ConnectionPool, remote_command
+from dlinfra.record import RecordError, RunRecord
+
+#: Make the run folder (clearing a previous attempt) and print N free TCP ports; argv: dir, N.
+_PREPARE = (
+    "import os, shutil, socket, sys\n"
+    "d = sys.argv[1]; shutil.rmtree(d, ignore_errors=True); os.makedirs(d)\n"
+    "ss = [socket.socket() for _ in range(int(sys.argv[2]))]\n"
+    "[s.bind(('', 0)) for s in ss]\n"
+    "print(' '.join(str(s.getsockname()[1]) for s in ss))\n"
+)
+#: Make the run folder, clearing a previous attempt; $0: the folder.
+_MKDIR = 'rm -rf "$0" && mkdir -p "$0"'
+#: Write our pid (= the process group ``timeout`` makes) to $0, then become the command.
+_PIDWRAP = 'echo $$ > "$0"; exec "$@"'
+#: Stop a process group whose leader's pid is in $0: TERM, a moment, then KILL.
+_KILL = (
+    'p=$(cat "$0" 2>/dev/null) || exit 0; '
+    'kill -TERM -- "-$p" 2>/dev/null; sleep 1; kill -KILL -- "-$p" 2>/dev/null; true'
+)
+
+#: Matrix keys passed through to the payload as flags.
+_FLAGS = {
+    "batch_size": "--batch-size",
+    "data": "--data",
+    "learning_rate": "--learning-rate",
+    "target_accuracy": "--target-accuracy",
+    "image_size": "--image-size",
+    "num_classes": "--num-classes",
+    "size": "--size",
+    "cell": "--cell",
+    "threads": "--threads",
+    "time": "--time",
+    "file_total_size": "--file-total-size",
+}
+
+
+def format_cpus(cpus: list[int]) -> str:
+    return ",".join(str(c) for c in cpus)
+
+
+@dataclass
+class ProcessOutcome:
+    process: Process
+    exit_code: int | None = None
+    error: str | None = None
+    stderr_tail: str = ""
+    record: RunRecord | None = None
+
+    @property
+    def where(self) -> str:
+        return f"host {self.process.target.name}: {self.process.role}:{self.process.index}"
+
+
+@dataclass
+class CellRun:
+    status: str
+    failure_reason: str | None
+    records: list[RunRecord]
+    started_utc: str
+    ended_utc: str
+    wall_s: float
+    outcomes: list[ProcessOutcome] = field(default_factory=list)
+    #: Seconds spent per phase (connect, prepare, run, fetch): where per-cell overhead goes.
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def payload_elapsed_s(self) -> float | None:
+        values = [r.metrics.elapsed_s for r in self.records if r.metrics.elapsed_s is not None]
+        return max(values) if values else None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class Launcher:
+    """Runs cells on targets; keeps SSH connections open between cells."""
+
+    def __init__(self, campaign_id: str, peer_timeout: float | None = None) -> None:
+        self.campaign_id = campaign_id
+        self.peer_timeout = peer_timeout
+        self.pool = ConnectionPool()
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.pool.close()
+
+    # -- helpers ------------------------------------------------------------
+
+    def _conn(self, p: Process, slot: int) -> Any:
+        """One connection per (target, slot): processes sharing a target get separate transports."""
+        from dataclasses import replace
+
+        key_target = replace(p.target, name=f"{p.target.name}#{slot}") if slot else p.target
+        with self._lock:
+            return self.pool.get(key_target), key_target
+
+    def _run_dir(self, p: Process, cell: Cell, repeat: int) -> str:
+        return f"{p.target.runs_dir}/{self.campaign_id}/{cell.hash}-r{repeat}"
+
+    def _argv(self, cell: Cell, repeat: int, p: Process, run_dir: str, control_port: int | None) -> list[str]:
+        c = cell.config
+        context = {
+            "campaign_id": self.campaign_id,
+            "cell_config": c,
+            "cell_hash": cell.hash,
+            "repeat": repeat,
+            "layer": p.target.layer,
+            "physical_host": p.target.physical_host,
+            "target_address": p.target.address,
+            "emulated": p.target.emulated,
+            "devices": p.target.devices,
+        }
+        argv = [p.target.python, "-m", "dlinfra.payload", "run", "--workload", c["workload"], "--mode", c["mode"]]
+        argv += ["--warmup-steps", str(c["warmup_steps"]), "--steps", str(c["steps"])]
+        for key, flag in _FLAGS.items():
+            if key in c and c[key] is not None:
+                argv += [flag, str(c[key])]
+        if p.cpus:
+            argv += ["--cpus", format_cpus(p.cpus)]
+        if c["mode"] != "single":
+            if control_port:
+                argv += ["--control-port", str(control_port)]
+            if self.peer_timeout:
+                argv += ["--peer-timeout", str(self.peer_timeout)]
+        argv += ["--context-json", json.dumps(context, sort_keys=True), "--out", f"{run_dir}/{p.key}.json"]
+        return argv
+
+    # -- one cell -----------------------------------------------------------
+
+    def run_cell(
+        self, cell: Cell, repeat: int, processes: list[Process], timeout: float, cancel: threading.Event | None = None
+    ) -> CellRun:
+        """Run one cell x repeat to the end (ok or failed); never raises for a target's failure."""
+        cancel = cancel or threading.Event()
+        started_utc, t0 = _now(), time.monotonic()
+        outcomes = [ProcessOutcome(p) for p in processes]
+        slots: dict[str, int] = {}
+        conns: list[Any] = []
+        try:
+            for p in processes:
+                slot = slots.get(p.target.name, 0)
+                slots[p.target.name] = slot + 1
+                conns.append(self._conn(p, slot))
+        except TargetError as exc:
+            return self._finish(cell, outcomes, started_utc, t0, f"{exc}")
+        phases = {"connect": time.monotonic() - t0}
+        try:
+            control_port = self._prepare(cell, repeat, processes, conns)
+        except TargetError as exc:
+            return self._finish(cell, outcomes, started_utc, t0, str(exc))
+        phases["prepare"] = time.monotonic() - t0 - phases["connect"]
+        t_run = time.monotonic()
+        barrier = threading.Barrier(len(processes))
+        threads = []
+        for outcome, (conn, _) in zip(outcomes, conns, strict=True):
+            p = outcome.process
+            run_dir = self._run_dir(p, cell, repeat)
+            inner = self._argv(cell, repeat, p, run_dir, control_port)
+            env = tf_config(processes, p)
+            if env is not None:
+                inner = ["env", f"TF_CONFIG={json.dumps(env, sort_keys=True)}", *inner]
+            argv = [
+                "sh",
+                "-c",
+                _PIDWRAP,
+                f"{run_dir}/{p.key}.pid",
+                "timeout",
+                "--kill-after=5",
+                f"{timeout:.0f}",
+                *inner,
+            ]
+            th = threading.Thread(target=self._run_one, args=(conn, argv, outcome, barrier), daemon=True)
+            threads.append(th)
+            th.start()
+        deadline = t0 + timeout + 10
+        reason: str | None = None
+        failed_at: float | None = None
+        try:
+            while any(th.is_alive() for th in threads):
+                now = time.monotonic()
+                if cancel.is_set():
+                    reason = "interrupted by the user (Ctrl-C)"
+                    break
+                if now > deadline:
+                    reason = f"cell timed out after {timeout:.0f} s"
+                    break
+                if failed_at is None and any(o.exit_code not in (None, 0) or o.error for o in outcomes):
+                    failed_at = now
+                if failed_at is not None and now - failed_at > 5:
+                    break  # a peer failed; the rest would only wait for their peer timeout
+                for th in threads:
+                    th.join(timeout=0.05)
+        except KeyboardInterrupt:
+            cancel.set()
+            reason = "interrupted by the user (Ctrl-C)"
+        if any(th.is_alive() for th in threads):
+            self._kill(cell, repeat, outcomes, conns)
+            for th in threads:
+                th.join(timeout=5)
+        phases["run"] = time.monotonic() - t_run
+        t_fetch = time.monotonic()
+        self._fetch(cell, repeat, outcomes, conns)
+        phases["fetch"] = time.monotonic() - t_fetch
+        run = self._finish(cell, outcomes, started_utc, t0, reason)
+        run.phases = phases
+        return run
+
+    def _prepare(self, cell: Cell, repeat: int, processes: list[Process], conns: list[Any]) -> int | None:
+        """Run folders on every target, free ports for a distributed cell (one round trip per target)."""
+        per_target: dict[str, list[int]] = {}
+        for i, p in enumerate(processes):
+            per_target.setdefault(p.target.name, []).append(i)
+        chief_like = next((p for p in processes if p.role == "chief"), None) or next(
+            (p for p in processes if p.role == "worker" and p.index == 0), None
+        )
+        control_port = None
+        for indices in per_target.values():
+            first = processes[indices[0]]
+            conn = conns[indices[0]][0]
+            need = (
+                0
+                if cell.mode == "single"
+                else len(indices) + (1 if chief_like in [processes[i] for i in indices] else 0)
+            )
+            run_dir = self._run_dir(first, cell, repeat)
+            # A single cell needs no ports: a shell is cheaper to start than Python.
+            argv = (
+                ["sh", "-c", _MKDIR, run_dir]
+                if need == 0
+                else [first.target.python, "-c", _PREPARE, run_dir, str(need)]
+            )
+            try:
+                result = conn.run(
+                    remote_command(argv),
+                    hide=True, warn=True, in_stream=False, timeout=30,
+                )  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - paramiko/invoke raise many kinds on a dead link
+                raise TargetError(f"host {first.target.name}: cannot prepare the run: {_describe(exc)}") from None
+            if result.exited != 0:
+                last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+                raise TargetError(f"host {first.target.name}: cannot prepare the run: {last}")
+            ports = [int(x) for x in result.stdout.split()]
+            for i, port in zip(indices, ports, strict=False):
+                processes[i].port = port
+            if chief_like is not None and chief_like in [processes[i] for i in indices]:
+                control_port = ports[-1]
+        return control_port
+
+    def _run_one(self, conn: Any, argv: list[str], outcome: ProcessOutcome, barrier: threading.Barrier) -> None:
+        try:
+            barrier.wait(timeout=30)
+        except threading.BrokenBarrierError:
+            outcome.error = "did not start: another process of the cell could not start"
+            return
+        try:
+            result = conn.run(remote_command(argv), hide=True, warn=True, in_stream=False)
+        except Exception as exc:  # noqa: BLE001 - a dying host surfaces as any of several paramiko errors
+            outcome.error = f"connection lost ({_describe(exc)})"
+            return
+        outcome.exit_code = result.exited
+        outcome.stderr_tail = "\n".join(result.stderr.strip().splitlines()[-5:])
+        if result.exited == -1:
+            outcome.error = "connection lost (the SSH channel closed without an exit status)"
+        elif result.exited == 124:
+            outcome.error = "killed by the cell timeout"
+
+    def _kill(self, cell: Cell, repeat: int, outcomes: list[ProcessOutcome], conns: list[Any]) -> None:
+        for outcome, (_conn, key_target) in zip(outcomes, conns, strict=True):
+            if outcome.exit_code is not None or outcome.error:
+                continue
+            p = outcome.process
+            pidfile = f"{self._run_dir(p, cell, repeat)}/{p.key}.pid"
+            try:
+                # A fresh channel: the process's own channel is busy (or its thread is blocked on it).
+                conn = self.pool.get(key_target)
+                conn.run(
+                    remote_command(["sh", "-c", _KILL, pidfile]), hide=True, warn=True, in_stream=False, timeout=10
+                )
+            except Exception:  # noqa: BLE001, S112 - the host may be gone; its process dies with it
+                continue
+
+    def _fetch(self, cell: Cell, repeat: int, outcomes: list[ProcessOutcome], conns: list[Any]) -> None:
+        for outcome, (conn, key_target) in zip(outcomes, conns, strict=True):
+            p = outcome.process
+            if outcome.error and "connection lost" in outcome.error:
+                self.pool.drop(key_target)
+                continue
+            path = f"{self._run_dir(p, cell, repeat)}/{p.key}.json"
+            try:
+                with conn.sftp().open(path, "r") as f:
+                    text = f.read().decode()
+            except FileNotFoundError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - sftp on a dead link
+                outcome.error = outcome.error or f"cannot fetch its record: {_describe(exc)}"
+                self.pool.drop(key_target)
+                continue
+            try:
+                record = RunRecord.from_json(text)
+            except RecordError as exc:
+                outcome.error = outcome.error or f"its record is invalid: {exc}"
+                continue
+            prov = record.provenance
+            if (prov.campaign_id, prov.cell_hash, prov.repeat) != (self.campaign_id, cell.hash, repeat):
+                outcome.error = outcome.error or "its record belongs to another cell"
+                continue
+            outcome.record = record
+
+    def _finish(
+        self, cell: Cell, outcomes: list[ProcessOutcome], started_utc: str, t0: float, reason: str | None
+    ) -> CellRun:
+        records = [o.record for o in outcomes if o.record is not None]
+        problems: list[str] = []
+        for o in outcomes:
+            if o.error:
+                problems.append(f"{o.where}: {o.error}")
+            elif o.record is not None and o.record.provenance.status != "ok":
+                problems.append(f"{o.where}: {o.record.provenance.failure_reason}")
+            elif o.exit_code not in (None, 0):
+                tail = o.stderr_tail.splitlines()[-1] if o.stderr_tail else "no output"
+                problems.append(f"{o.where}: exited {o.exit_code}: {tail}")
+            elif o.record is None and reason is None:
+                problems.append(f"{o.where}: wrote no record")
+        lost = [p for p in problems if "connection lost" in p or "unreachable" in p]
+        first = lost[0] if lost else (problems[0] if problems else None)
+        failure = reason if reason and not lost else first
+        if reason and first and failure != first:
+            failure = f"{reason}; {first}"
+        status = "ok" if failure is None and len(records) == len(outcomes) else "failed"
+        if status == "failed" and failure is None:
+            failure = "not every process wrote a record"
+        return CellRun(
+            status=status,
+            failure_reason=failure,
+            records=records,
+            started_utc=started_utc,
+            ended_utc=_now(),
+            wall_s=time.monotonic() - t0,
+            outcomes=outcomes,
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

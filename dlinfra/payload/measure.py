@@ -1,0 +1,134 @@
+"""Timing and system sampling that stay out of the way of what they measure.
+
+Step times are host wall-clock intervals between step returns; nothing here
+forces a device sync (a plain training loop has none), so measuring does not
+slow the run. On CPU TensorFlow executes a function call synchronously, so
+the intervals are the step times; on a GPU the queue makes them converge to
+the same in steady state, and throughput uses total wall time either way.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+
+import psutil
+
+from dlinfra.record import SystemSample
+
+
+def process_start() -> float:
+    """When this process was launched (epoch seconds): elapsed time counts from here."""
+    try:
+        return psutil.Process().create_time()
+    except psutil.Error:  # pragma: no cover
+        return time.time()
+
+
+def utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+
+
+class SystemSampler:
+    """A daemon thread that samples this process and the host every ``interval`` seconds.
+
+    CPU % is this process's (100 = one core busy), RSS its resident memory,
+    network bytes the host's (the container's, in a container) and disk bytes
+    the process's own reads and writes, all counted from the sampler's start.
+    """
+
+    def __init__(self, started: float, interval: float = 1.0) -> None:
+        self.started = started
+        self.interval = interval
+        self.samples: list[SystemSample] = []
+        self._stop = threading.Event()
+        self._proc = psutil.Process()
+        self._base_net = self._net()
+        self._base_disk = self._disk()
+        self._proc.cpu_percent(None)
+        self._thread = threading.Thread(target=self._loop, name="system-sampler", daemon=True)
+
+    def _net(self) -> tuple[int, int]:
+        try:
+            c = psutil.net_io_counters()
+            return (c.bytes_recv, c.bytes_sent) if c else (0, 0)
+        except (OSError, psutil.Error):
+            return (0, 0)
+
+    def _disk(self) -> tuple[int, int]:
+        try:
+            c = self._proc.io_counters()
+            return c.read_bytes, c.write_bytes
+        except (OSError, psutil.Error, AttributeError):
+            return (0, 0)
+
+    def sample(self) -> SystemSample:
+        net, disk = self._net(), self._disk()
+        try:
+            cpu, rss = self._proc.cpu_percent(None), self._proc.memory_info().rss
+        except psutil.Error:
+            cpu, rss = 0.0, 0
+        return SystemSample(
+            elapsed_s=round(time.time() - self.started, 3),
+            cpu_percent=cpu,
+            rss_bytes=rss,
+            net_rx_bytes=max(0, net[0] - self._base_net[0]),
+            net_tx_bytes=max(0, net[1] - self._base_net[1]),
+            disk_read_bytes=max(0, disk[0] - self._base_disk[0]),
+            disk_write_bytes=max(0, disk[1] - self._base_disk[1]),
+        )
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.samples.append(self.sample())
+
+    def start(self) -> SystemSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[SystemSample]:
+        """Stop and return the samples, plus a last one so short runs have at least one."""
+        self._stop.set()
+        if not self.samples or time.time() - self.started - self.samples[-1].elapsed_s > 0.2:
+            self.samples.append(self.sample())
+        return list(self.samples)
+
+
+class StepClock:
+    """Collects per-step wall times between :meth:`start` and :meth:`stop`, with pauses for evaluation."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self.wall = 0.0
+        self._last = 0.0
+        self._begun = 0.0
+
+    def start(self) -> None:
+        self._last = self._begun = time.perf_counter()
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        self.samples.append(now - self._last)
+        self._last = now
+
+    def ticks(self, n: int) -> None:
+        """Record ``n`` steps finished together (their mean each): for chunked schedules."""
+        now = time.perf_counter()
+        if n > 0:
+            self.samples.extend([(now - self._last) / n] * n)
+        self._last = now
+
+    def elapsed(self) -> float:
+        """Measured wall time so far (the clock must be running)."""
+        return self.wall + time.perf_counter() - self._begun
+
+    def pause(self) -> None:
+        self.wall += time.perf_counter() - self._begun
+
+    def resume(self) -> None:
+        self._last = self._begun = time.perf_counter()
+
+    def stop(self) -> float:
+        self.pause()
+        return self.wall

@@ -1,0 +1,240 @@
+"""The payload image: a base image plus the shipped wheelhouse, built once, shipped as a tarball.
+
+No registry is involved anywhere. The base image is either one the user names
+(it must already be on the engine) or the debootstrap rootfs imported with
+``docker/podman import``. The payload is installed from the wheelhouse with
+``pip install --no-index --require-hashes`` inside a build container that has
+no network at all (``--network none``), so the image holds the same bytes as
+every ``bm`` target's venv. Two layers: third-party wheels (TensorFlow, ~1 min
+to install, rebuilt only when their pins change) and dlinfra itself (seconds),
+each tagged by a hash of its inputs, so an unchanged image is never rebuilt.
+Images are saved with ``save`` and cached on the controller keyed by the image
+id, then ``load``-ed on each host (locally, over SSH, or by the payload_image role).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlinfra.cache import cache_dir, cache_key
+from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.images.rootfs import RootfsSpec, build_rootfs
+from dlinfra.providers.containers.engine import Engine
+
+BASE_REPO = "dlinfra-base"
+DEPS_REPO = "dlinfra-deps"
+PAYLOAD_REPO = "dlinfra-payload"
+VENV = "/opt/dlinfra/venv"
+PYTHON = f"{VENV}/bin/python"
+SELF_PACKAGE = "dlinfra"
+_REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+@dataclass(frozen=True)
+class PayloadImage:
+    """A built payload image: its tag (the reference containers run) and what it was built from."""
+
+    tag: str
+    image_id: str
+    lock_sha256: str
+    python: str = PYTHON
+    build_s: float = 0.0
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def split_lock(lock_text: str) -> tuple[list[str], list[str]]:
+    """Split a hashed requirements lock into (third-party entries, dlinfra entries).
+
+    Entries may span lines with ``\\`` continuations (pip-compile style); comments are dropped.
+    """
+    joined = re.sub(r"\\\s*\n", " ", lock_text)
+    deps: list[str] = []
+    own: list[str] = []
+    for line in joined.splitlines():
+        entry = line.split(" #", 1)[0].strip()
+        if not entry or entry.startswith("#"):
+            continue
+        match = _REQ_NAME.match(entry)
+        if not match:
+            continue
+        (own if _normalise(match.group(1)) == SELF_PACKAGE else deps).append(entry)
+    return deps, own
+
+
+def base_image(engine: Engine, named: str | None = None, spec: RootfsSpec | None = None) -> str:
+    """The base image reference: the user's (must exist on the engine) or the imported debootstrap rootfs."""
+    if named:
+        if not engine.exists("image", named):
+            raise TargetError(
+                f"{engine.label}: base image {named!r} is not present",
+                "load it first (docker load / podman load): no registry is used, or leave base_image unset",
+            )
+        return named
+    tarball = build_rootfs(spec or RootfsSpec())
+    tag = f"{BASE_REPO}:{tarball.parent.name}"  # the rootfs cache key: same inputs, same tag
+    if not engine.exists("image", tag):
+        engine.run(
+            "import",
+            "--change",
+            "LABEL dlinfra.kind=base",
+            "--change",
+            'CMD ["/bin/bash"]',
+            str(tarball),
+            tag,
+            what="import rootfs",
+        )
+    return tag
+
+
+def _image_id(engine: Engine, ref: str) -> str:
+    return engine.run("image", "inspect", "--format", "{{.Id}}", ref, what="image inspect").stdout.strip()
+
+
+def _install_layer(
+    engine: Engine, base: str, tag: str, wheelhouse: Path, requirements: list[str], *, no_deps: bool, labels: dict
+) -> None:
+    """Install ``requirements`` from ``wheelhouse`` into the venv of a container of ``base``, commit it as ``tag``.
+
+    The build container has no network: an accidental index lookup fails instead of fetching.
+    """
+    with tempfile.TemporaryDirectory(prefix="dlinfra-build-") as tmp:
+        # A private snapshot (hard links) of the wheels: a concurrent rebuild of the wheelhouse folder
+        # must not swap the files under the running pip.
+        context = Path(tmp) / "wheels"
+        context.mkdir()
+        for wheel in wheelhouse.glob("*.whl"):
+            try:
+                os.link(wheel, context / wheel.name)
+            except OSError:
+                shutil.copy2(wheel, context / wheel.name)
+        lock = Path(tmp) / "lock" / "requirements.lock"
+        lock.parent.mkdir()
+        lock.write_text("\n".join(requirements) + "\n")
+        created = engine.run(
+            "create",
+            "--network",
+            "none",
+            "--label",
+            "dlinfra.build=1",
+            "--volume",
+            f"{context}:/wheelhouse:ro",
+            "--volume",
+            f"{lock.parent}:/lock:ro",
+            *engine.create_flags(),
+            base,
+            "sleep",
+            "infinity",
+            what="create build container",
+        )
+        cid = created.stdout.strip().splitlines()[-1]
+        try:
+            engine.run("start", cid, what="start build container")
+            if not no_deps:
+                engine.run("exec", cid, "python3", "-m", "venv", VENV, what="python3 -m venv")
+            pip = [f"{VENV}/bin/pip", "install", "--no-index", "--no-cache-dir", "--disable-pip-version-check"]
+            pip += ["--require-hashes", "--find-links", "/wheelhouse", "-r", "/lock/requirements.lock"]
+            if no_deps:
+                pip.append("--no-deps")
+            engine.run("exec", cid, *pip, what="pip install --no-index", timeout=1800)
+            engine.run("kill", cid, check=False)
+            changes = [
+                f"ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "ENV PYTHONDONTWRITEBYTECODE=1",
+                "ENV HOME=/tmp",
+                'CMD ["sleep", "infinity"]',
+                *(f"LABEL {key}={value}" for key, value in labels.items()),
+            ]
+            flags = [arg for change in changes for arg in ("--change", change)]
+            engine.run("commit", *flags, cid, tag, what="commit image")
+        finally:
+            engine.run("rm", "-f", cid, check=False)
+
+
+def build_payload_image(
+    engine: Engine,
+    wheelhouse: Path,
+    lock: Path | None = None,
+    *,
+    base: str | None = None,
+    rootfs: RootfsSpec | None = None,
+) -> PayloadImage:
+    """Build (or reuse) the payload image for ``wheelhouse`` on the local ``engine``; tag = hash of its inputs."""
+    lock = lock or wheelhouse / "requirements.lock"
+    if not lock.is_file():
+        raise DlinfraError(f"wheelhouse {wheelhouse} has no lock file {lock.name}", "build it with build_wheelhouse()")
+    if engine.via:
+        raise DlinfraError(f"{engine.label}: images are built on the controller", "build locally, then ship_image")
+    started = time.monotonic()
+    text = lock.read_text()
+    deps, own = split_lock(text)
+    if not deps and not own:
+        raise DlinfraError(f"lock {lock} lists no requirements", "rebuild the wheelhouse")
+    base_ref = base_image(engine, base, rootfs)
+    base_id = _image_id(engine, base_ref)
+    lock_sha = hashlib.sha256(text.encode()).hexdigest()
+    deps_tag = f"{DEPS_REPO}:{cache_key({'base': base_id, 'deps': sorted(deps)})}"
+    if not engine.exists("image", deps_tag):
+        _install_layer(engine, base_ref, deps_tag, wheelhouse, deps, no_deps=False, labels={"dlinfra.kind": "deps"})
+    tag = f"{PAYLOAD_REPO}:{lock_sha[:16]}"
+    if own and not engine.exists("image", tag):
+        labels = {"dlinfra.kind": "payload", "dlinfra.lock_sha256": lock_sha}
+        _install_layer(engine, deps_tag, tag, wheelhouse, own, no_deps=True, labels=labels)
+    elif not own and not engine.exists("image", tag):
+        engine.run("tag", deps_tag, tag, what="tag payload image")
+    return PayloadImage(tag, _image_id(engine, tag), lock_sha, PYTHON, time.monotonic() - started)
+
+
+def save_image(engine: Engine, ref: str) -> Path:
+    """The image saved as a tarball in the controller cache, keyed by engine kind and image id."""
+    image_id = _image_id(engine, ref)
+    folder = cache_dir("images", {"engine": engine.kind, "id": image_id, "ref": ref})
+    tarball = folder / "image.tar"
+    if tarball.exists():
+        return tarball
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f"image.tar.partial-{os.getpid()}"
+    args = ["save", "-o", str(partial), ref]
+    if engine.kind == "podman":
+        args = ["save", "--format", "docker-archive", "-o", str(partial), ref]
+    engine.run(*args, what="save image", timeout=1800)
+    partial.rename(tarball)  # atomic: a half-written tarball is never taken for a cached one
+    return tarball
+
+
+def load_image(engine: Engine, tarball: Path, ref: str) -> bool:
+    """Load ``tarball`` into ``engine`` unless ``ref`` is already there; returns whether it loaded.
+
+    On a remote host the tarball streams over the SSH connection (``load`` reads stdin).
+    """
+    if engine.exists("image", ref):
+        return False
+    if not engine.via:
+        engine.run("load", "-i", str(tarball), what="load image", timeout=1800)
+    else:
+        with open(tarball, "rb") as stream:
+            result = subprocess.run(engine.argv("load"), stdin=stream, capture_output=True, timeout=1800)
+        if result.returncode != 0:
+            raise TargetError(f"{engine.label}: image load failed: {result.stderr.decode(errors='replace')[-300:]}")
+    if not engine.exists("image", ref):
+        raise TargetError(f"{engine.label}: {tarball.name} loaded but {ref} is not there", "was it saved from it?")
+    return True
+
+
+def ship_image(source: Engine, ref: str, targets: list[Engine]) -> list[Engine]:
+    """Save once on the controller, load on every target engine that lacks it; returns those that loaded."""
+    missing = [engine for engine in targets if not engine.exists("image", ref)]
+    if not missing:
+        return []
+    tarball = save_image(source, ref)
+    return [engine for engine in missing if load_image(engine, tarball, ref)]

@@ -1,0 +1,326 @@
+"""The ``ctr`` layer: payload containers on Docker or Podman hosts become targets.
+
+How the run engine reaches a container: over the *host's* SSH (the target's
+address/port/user/key are the host's, or the container's bridge address for
+peers), prefixing every payload command with ``facts["exec_prefix"]``, an argv
+like ``docker exec -i NAME``. No sshd runs in the container: it would add a
+daemon, a key and a port to every container and change what is measured.
+Result files: the payload writes them under ``target.runs_dir`` inside the
+container, which is a bind mount of ``facts["host_runs_dir"]`` on the host, so
+they can be fetched over the host's SFTP as well.
+
+Engine access per host: a local-testbed host (``dlinfra_netns`` host var) is
+driven from the controller directly (a dockerd inside its namespace, or podman
+joining it with ``--network ns:``); any other host over SSH with the engine CLI.
+The image is built once on the controller, saved once, loaded where missing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.providers.base import LayerSpec, Target
+from dlinfra.providers.containers import daemons
+from dlinfra.providers.containers.engine import ENGINES, Engine
+from dlinfra.providers.containers.image import VENV, build_payload_image, load_image, save_image
+from dlinfra.providers.containers.run import (
+    PLACEMENTS,
+    ContainerSpec,
+    NetworkMode,
+    Resources,
+    applied_limits,
+    container_address,
+    format_cpuset,
+    remove_run,
+    run_network_name,
+)
+
+HOME_IN_CONTAINER = "/opt/dlinfra"  # so Target.python is the image's venv: /opt/dlinfra/venv/bin/python
+_OPTIONS = {
+    "engine",
+    "placement",
+    "processes_per_host",
+    "network",
+    "cpus",
+    "memory_bytes",
+    "gpus",
+    "pin",
+    "base_image",
+    "keep_images",
+    "run_id",
+    "ports_per_container",
+    "port_base",
+    "wheelhouse",
+}
+
+
+@dataclass
+class HostEngine:
+    """One host's engine and what this run made on it (for an exact teardown)."""
+
+    host: str
+    engine: Engine
+    loaded_images: list[str] = field(default_factory=list)
+    started_dockerd: bool = False
+    results_root: str | None = None
+
+
+def _split(cpus: list[int], parts: int) -> list[list[int]]:
+    """Split a CPU list into ``parts`` disjoint, contiguous, near-equal chunks."""
+    if parts > len(cpus):
+        return [[c] for c in cpus] + [[] for _ in range(parts - len(cpus))]
+    size, extra = divmod(len(cpus), parts)
+    chunks, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        chunks.append(cpus[start:end])
+        start = end
+    return chunks
+
+
+def _no_init_system() -> bool:
+    return not Path("/run/systemd/system").exists()
+
+
+class ContainerProvider:
+    """Containers as targets; ``down`` removes exactly the containers, networks and images this run made."""
+
+    layer = "ctr"
+
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+        self.keep_images = False
+        self.hosts: list[HostEngine] = []
+        self.targets: list[Target] = []
+
+    # ------------------------------------------------------------- options
+    @staticmethod
+    def _options(spec: LayerSpec) -> dict[str, Any]:
+        opts = dict(spec.options)
+        unknown = set(opts) - _OPTIONS
+        if unknown:
+            raise DlinfraError(
+                f"layer ctr: unknown option(s) {', '.join(sorted(unknown))}", f"known: {', '.join(sorted(_OPTIONS))}"
+            )
+        placement = opts.get("placement", "spread")
+        if placement not in PLACEMENTS:
+            known = ", ".join(PLACEMENTS)
+            raise DlinfraError(f"layer ctr: placement {placement!r} is not known", f"use one of {known}")
+        opts["placement"] = placement
+        opts["network_mode"] = NetworkMode.parse(str(opts.get("network", "host")))
+        n = opts.get("processes_per_host", 1)
+        if not isinstance(n, int) or n < 1:
+            raise DlinfraError(f"layer ctr: processes_per_host {n!r} must be a positive integer")
+        if placement == "single" and n != 1:
+            raise DlinfraError("layer ctr: placement single runs one process per host", "use spread or pack")
+        run_id = str(opts.get("run_id") or secrets.token_hex(4))
+        if not re.match(r"^[a-z0-9][a-z0-9-]{0,30}$", run_id):
+            raise DlinfraError(f"layer ctr: run_id {run_id!r} must be lowercase letters, digits and '-'")
+        opts["run_id"] = run_id
+        return opts
+
+    # ------------------------------------------------------------- engines
+    def _engine_for(self, host: Any, kind: str) -> HostEngine:
+        if kind not in ENGINES:
+            raise DlinfraError(f"host {host.name}: container engine {kind!r} is not known", "use docker or podman")
+        netns = host.vars.get("dlinfra_netns")
+        if netns:  # local testbed: drive the engine from here, inside/into the host's namespace
+            if kind == "docker":
+                already = daemons._answers(daemons.dockerd_paths(netns).socket)
+                engine = daemons.ensure_dockerd(netns, host=host.name)
+                return HostEngine(host.name, engine, started_dockerd=not already)
+            engine = Engine("podman", host=host.name, netns=netns)
+            engine.check_available()
+            return HostEngine(host.name, engine)
+        via = ["ssh", "-o", "BatchMode=yes", "-p", str(host.port)]
+        key = host.vars.get("ansible_ssh_private_key_file") or host.vars.get("ansible_private_key_file")
+        if key:
+            via += ["-i", str(key)]
+        known = host.vars.get("dlinfra_known_hosts")
+        if known:
+            via += ["-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes"]
+        via.append(f"{host.user}@{host.address}")
+        engine = Engine(kind, host=host.name, via=tuple(via))  # type: ignore[arg-type]
+        engine.check_available()
+        return HostEngine(host.name, engine)
+
+    @staticmethod
+    def _local_engine(kind: str) -> Engine:
+        """The controller's engine, which builds and saves the image (dockerd started here if no init system)."""
+        if kind == "docker" and _no_init_system():
+            return daemons.ensure_dockerd(None, host="controller")
+        engine = Engine(kind, host="controller")  # type: ignore[arg-type]
+        engine.check_available()
+        return engine
+
+    def _results_root(self, he: HostEngine, host: Any, run_id: str) -> str:
+        """The host folder holding this run's bind-mounted results (created; absolute)."""
+        home = str(host.home)
+        if not he.engine.via:
+            root = Path(os.path.expanduser(home)) / "ctr" / run_id
+            root.mkdir(parents=True, exist_ok=True)
+            return str(root)
+        if not home.startswith("/"):
+            out = subprocess.run([*he.engine.via, 'echo "$HOME"'], capture_output=True, text=True, timeout=60)
+            base = out.stdout.strip()
+            home = f"{base}/{home[2:] if home.startswith('~/') else home}"
+        root = f"{home}/ctr/{run_id}"
+        subprocess.run([*he.engine.via, "mkdir", "-p", root], check=True, capture_output=True, timeout=60)
+        return root
+
+    # ------------------------------------------------------------------ up
+    def up(self, spec: LayerSpec) -> list[Target]:
+        if self.targets:
+            return self.targets
+        opts = self._options(spec)
+        hosts = [h for h in spec.hosts if "ctr" in h.layers]
+        if not hosts:
+            raise TargetError(
+                f"inventory {spec.inventory} has no host that carries layer ctr", "add ctr to its dlinfra_layers"
+            )
+        self.run_id = run_id = opts["run_id"]
+        self.keep_images = bool(opts.get("keep_images", False))
+        for host in hosts:  # fail fast, naming the host, before building anything
+            kind = str(opts.get("engine") or host.vars.get("dlinfra_container_engine", "docker"))
+            self.hosts.append(self._engine_for(host, kind))
+        if opts.get("wheelhouse"):  # a prebuilt folder with requirements.lock (air-gapped sites, tests)
+            wh_path = Path(str(opts["wheelhouse"]))
+            wh_lock = wh_path / "requirements.lock"
+        else:
+            from dlinfra.orchestration.wheelhouse import build_wheelhouse
+
+            built_wh = build_wheelhouse()
+            wh_path, wh_lock = built_wh.path, built_wh.lock
+        kinds = sorted({he.engine.kind for he in self.hosts})
+        images: dict[str, str] = {}
+        for kind in kinds:
+            local = self._local_engine(kind)
+            built = build_payload_image(local, wh_path, wh_lock, base=opts.get("base_image"))
+            images[kind] = built.tag
+            tarball: Path | None = None
+            for he in self.hosts:
+                if he.engine.kind != kind or he.engine.exists("image", built.tag):
+                    continue
+                tarball = tarball or save_image(local, built.tag)
+                if load_image(he.engine, tarball, built.tag):
+                    he.loaded_images.append(built.tag)
+        network: NetworkMode = opts["network_mode"]
+        n = 1 if opts["placement"] == "single" else int(opts.get("processes_per_host", 1))
+        per_host = 1 if opts["placement"] == "pack" else n
+        port_base = int(opts.get("port_base", 23000))
+        ports_each = int(opts.get("ports_per_container", 2 if network.kind == "bridge" else 0))
+        publish = network.kind == "bridge" and len(hosts) > 1
+        for host, he in zip(hosts, self.hosts, strict=True):
+            he.results_root = self._results_root(he, host, run_id)
+            cpus = list(host.cpus)
+            chunks = _split(cpus, per_host) if cpus and (opts.get("pin", True) or per_host == 1) else []
+            for i in range(per_host):
+                chunk = chunks[i] if chunks else (cpus if per_host == 1 else [])
+                if chunks and not chunk:
+                    raise DlinfraError(
+                        f"host {host.name}: {per_host} containers need at least {per_host} CPUs, it has {len(cpus)}",
+                        "lower processes_per_host or use placement pack",
+                    )
+                name = f"dlinfra-{run_id}-{host.name}-{i}"
+                host_runs = f"{he.results_root}/{name}"
+                if he.engine.via:
+                    subprocess.run([*he.engine.via, "mkdir", "-p", host_runs], check=True, capture_output=True)
+                else:
+                    Path(host_runs).mkdir(parents=True, exist_ok=True)
+                ports = tuple(port_base + i * max(ports_each, 1) + k for k in range(ports_each)) if publish else ()
+                cspec = ContainerSpec(
+                    name=name,
+                    image=images[he.engine.kind],
+                    run_id=run_id,
+                    network=network,
+                    resources=Resources(
+                        cpuset=format_cpuset(chunk) if chunk else None,
+                        cpus=opts.get("cpus"),
+                        memory_bytes=opts.get("memory_bytes"),
+                        gpus=opts.get("gpus"),
+                    ),
+                    volumes=((host_runs, f"{HOME_IN_CONTAINER}/runs"),),  # the target's runs_dir, seen on the host
+                    ports=ports,
+                    labels={"dlinfra.layer": "ctr", "dlinfra.host": host.name},
+                )
+                record = self._start(he, cspec)
+                self.targets.append(self._target(host, he, cspec, record, host_runs, chunk, ports))
+        return self.targets
+
+    def _start(self, he: HostEngine, cspec: ContainerSpec) -> dict:
+        from dlinfra.providers.containers.run import create_args, ensure_network, inspect_container
+
+        if cspec.network.kind == "bridge" and cspec.network.value is None:
+            ensure_network(he.engine, run_network_name(cspec.run_id), cspec.run_id)
+        he.engine.run(*create_args(he.engine, cspec), what=f"run {cspec.name}")
+        return inspect_container(he.engine, cspec.name)
+
+    def _target(
+        self, host: Any, he: HostEngine, cspec: ContainerSpec, record: dict, host_runs: str, chunk: list[int], ports
+    ) -> Target:
+        hv = host.vars
+        limits = applied_limits(record)
+        address = host.address if ports or cspec.network.kind != "bridge" else None
+        address = address or container_address(record, cspec.network, host.address)
+        devices = [f"gpu:{cspec.resources.gpus}"] if cspec.resources.gpus else []
+        conmon = None
+        if he.engine.kind == "podman" and he.engine.netns:
+            conmon = int((record.get("State") or {}).get("ConmonPid") or 0) or None
+        return Target(
+            layer="ctr",
+            name=cspec.name,
+            physical_host=host.name,
+            address=host.address,  # SSH goes to the host; peers use facts["peer_address"]
+            port=host.port,
+            user=host.user,
+            key_file=hv.get("ansible_ssh_private_key_file") or hv.get("ansible_private_key_file"),
+            known_hosts=hv.get("dlinfra_known_hosts"),
+            cpu_set=list(chunk),
+            memory_bytes=cspec.resources.memory_bytes,
+            devices=devices,
+            emulated=bool(hv.get("dlinfra_emulated", False)),
+            home=HOME_IN_CONTAINER,
+            base_python=f"{VENV}/bin/python",
+            facts={
+                "exec_prefix": he.engine.exec_argv(cspec.name, [], mount_ns_of=conmon),
+                "host_runs_dir": host_runs,
+                "peer_address": address,
+                "published_ports": list(ports),
+                "engine": he.engine.kind,
+                "network": str(cspec.network),
+                "image": cspec.image,
+                "container_id": record.get("Id"),
+                "limits": limits,
+                "payload_in_image": True,
+                "ansible_python_interpreter": hv.get("ansible_python_interpreter", "auto_silent"),
+            },
+        )
+
+    # ---------------------------------------------------------------- down
+    def down(self) -> None:
+        if self.run_id is None:
+            return
+        for he in self.hosts:
+            images = [] if self.keep_images else he.loaded_images
+            remove_run(he.engine, self.run_id, images=images)
+            if he.results_root:
+                if he.engine.via:
+                    subprocess.run([*he.engine.via, "rm", "-rf", he.results_root], capture_output=True, check=False)
+                else:
+                    shutil.rmtree(he.results_root, ignore_errors=True)
+            if he.started_dockerd and he.engine.netns:
+                daemons.stop_dockerd(he.engine.netns)
+        self.hosts = []
+        self.targets = []
+        self.run_id = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"layer": self.layer, "run_id": self.run_id, "targets": [t.name for t in self.targets]}

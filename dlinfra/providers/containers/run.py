@@ -1,0 +1,369 @@
+"""Run payload containers: placement (spread / pack), network mode, resource controls, GPUs, labels.
+
+A payload container is long-lived (``sleep infinity`` as its main process); the
+run engine starts payload processes in it with ``exec``, so one container can
+carry one process (``spread``, seed 000's "Docker Multiple") or several pinned
+to disjoint CPU sets (``pack``, seed 000's "CPU affinity"). Containers run with
+no capabilities, ``no-new-privileges``, a read-only root filesystem, a tmpfs
+``/tmp`` and one writable results folder bound from the host.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.providers.containers.engine import Engine
+
+RUN_LABEL = "dlinfra.run"
+NETNS_DIR = "/run/netns"
+RESULTS_IN_CONTAINER = "/results"
+Placement = Literal["single", "spread", "pack"]
+PLACEMENTS: tuple[str, ...] = ("single", "spread", "pack")
+_CPUSET = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,100}$")
+
+
+# ------------------------------------------------------------------ cpusets
+def parse_cpuset(text: str, *, field_name: str = "cpuset", host: str = "?") -> frozenset[int]:
+    """``'0-2,5'`` -> {0, 1, 2, 5}; a clear error naming the field and host otherwise."""
+    value = str(text).replace(" ", "")
+    if not _CPUSET.match(value):
+        raise DlinfraError(f"host {host}: {field_name} {text!r} is not a CPU list", "write it like 0-3 or 0,2,4-5")
+    cpus: set[int] = set()
+    for part in value.split(","):
+        lo, _, hi = part.partition("-")
+        start, end = int(lo), int(hi or lo)
+        if end < start:
+            raise DlinfraError(f"host {host}: {field_name} {text!r} has a descending range {part}")
+        cpus.update(range(start, end + 1))
+    return frozenset(cpus)
+
+
+def format_cpuset(cpus: Sequence[int] | frozenset[int]) -> str:
+    """{0, 1, 2, 5} -> ``'0-2,5'`` (the cpuset list format)."""
+    ordered = sorted(set(cpus))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+# ------------------------------------------------------------------ network
+@dataclass(frozen=True)
+class NetworkMode:
+    """``host``; ``bridge`` (a user-defined network per run, or ``bridge:NAME``); ``netns:PATH``; ``none``."""
+
+    kind: Literal["host", "bridge", "netns", "none"]
+    value: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> NetworkMode:
+        kind, _, value = str(text).partition(":")
+        if kind in ("host", "none") and not value:
+            return cls(kind)  # type: ignore[arg-type]
+        if kind == "bridge":
+            if value and not _NAME.match(value):
+                raise DlinfraError(f"network {text!r}: bad network name {value!r}", "letters, digits, '.', '_', '-'")
+            return cls("bridge", value or None)
+        if kind == "netns" and value:
+            path = value if value.startswith("/") else f"/run/netns/{value}"
+            return cls("netns", path)
+        raise DlinfraError(f"network {text!r} is not a container network mode", "use host, bridge[:NAME] or netns:PATH")
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.value}" if self.value else self.kind
+
+
+def run_network_name(run_id: str) -> str:
+    """The user-defined bridge network a run creates (seed 000/002: containers talk over it)."""
+    return f"dlinfra-{run_id}"
+
+
+def ensure_network(engine: Engine, name: str, run_id: str) -> bool:
+    """Create the bridge network ``name`` labelled with the run unless it exists; returns whether it created it."""
+    if engine.exists("network", name):
+        return False
+    engine.run("network", "create", "--driver", "bridge", "--label", f"{RUN_LABEL}={run_id}", name, what="network")
+    return True
+
+
+def network_args(engine: Engine, mode: NetworkMode, run_id: str) -> list[str]:
+    """``--network`` flags for ``mode`` on ``engine``.
+
+    ``netns:PATH`` on podman joins that namespace directly. Docker has no such
+    option; on Docker the mode is met by a dockerd running inside the namespace
+    (daemons.ensure_dockerd(netns=...)), where it becomes ``--network host``.
+    """
+    if engine.kind == "podman" and engine.netns and mode.kind in ("host", "bridge"):
+        # A local-testbed host: podman runs from the controller, so its "host" would be this machine's
+        # network; the host's own network is its namespace.
+        if mode.kind == "bridge":
+            raise TargetError(
+                f"{engine.label}: bridge networks are not offered for podman on local-testbed hosts",
+                "use network host (the host's namespace) or the docker engine there",
+            )
+        return ["--network", f"ns:{NETNS_DIR}/{engine.netns}"]
+    if mode.kind in ("host", "none"):
+        return ["--network", mode.kind]
+    if mode.kind == "bridge":
+        return ["--network", mode.value or run_network_name(run_id)]
+    assert mode.value is not None
+    if engine.kind == "podman":
+        return ["--network", f"ns:{mode.value}"]
+    ns_name = mode.value.rsplit("/", 1)[-1]
+    if engine.netns == ns_name:
+        return ["--network", "host"]
+    raise TargetError(
+        f"{engine.label}: docker cannot join network namespace {mode.value} by path",
+        f"use the dockerd started inside it (daemons.ensure_dockerd(netns={ns_name!r})) or podman",
+    )
+
+
+# ---------------------------------------------------------------- resources
+@dataclass(frozen=True)
+class Resources:
+    """Resource controls as experiment parameters: cpuset, CPU quota (in CPUs), memory limit, GPUs."""
+
+    cpuset: str | None = None
+    cpus: float | None = None
+    memory_bytes: int | None = None
+    gpus: str | None = None  # "all", or device indexes "0,1"
+
+    def validate(self, host: str) -> None:
+        if self.cpuset is not None:
+            parse_cpuset(self.cpuset, host=host)
+        if self.cpus is not None and not (0 < float(self.cpus) <= 4096):
+            raise DlinfraError(f"host {host}: cpus (CPU quota) {self.cpus!r} must be a positive number of CPUs")
+        if self.memory_bytes is not None and int(self.memory_bytes) < 6 * 1024 * 1024:
+            raise DlinfraError(f"host {host}: memory limit {self.memory_bytes!r} bytes is below the engines' 6 MiB")
+        if self.gpus is not None and self.gpus != "all" and not re.match(r"^\d+(,\d+)*$", self.gpus):
+            raise DlinfraError(f"host {host}: gpus {self.gpus!r} must be 'all' or device indexes like 0,1")
+
+
+def nvidia_devices(engine: Engine) -> list[str]:
+    """The /dev/nvidia* device nodes on the engine's host."""
+    if not engine.via:
+        return sorted(glob.glob("/dev/nvidia*"))
+    import subprocess
+
+    result = subprocess.run([*engine.via, "ls -1 /dev/ | grep ^nvidia || true"], capture_output=True, text=True)
+    return [f"/dev/{line.strip()}" for line in result.stdout.splitlines() if line.strip()]
+
+
+def gpu_args(engine: Engine, gpus: str | None, *, toolkit: bool | None = None) -> list[str]:
+    """GPU flags: ``--gpus`` with the NVIDIA container toolkit (docker), else device nodes mapped one by one.
+
+    Asked for and absent -> one clear error naming the host.
+    """
+    if not gpus:
+        return []
+    devices = nvidia_devices(engine)
+    if not devices:
+        raise TargetError(
+            f"{engine.label}: GPUs were requested (gpus={gpus}) but the host has no /dev/nvidia* devices",
+            "run this cell on a GPU host, or drop gpus for it",
+        )
+    if toolkit is None:
+        toolkit = engine.kind == "docker" and "nvidia" in engine.run("info", "--format", "{{json .Runtimes}}").stdout
+    if toolkit:
+        return ["--gpus", "all" if gpus == "all" else f"device={gpus}"]
+    wanted = None if gpus == "all" else {f"/dev/nvidia{i}" for i in gpus.split(",")}
+    chosen = []
+    for dev in devices:
+        numbered = re.fullmatch(r"/dev/nvidia\d+", dev)
+        if numbered and wanted is not None and dev not in wanted:
+            continue
+        if dev.endswith("nvidia-caps") or dev.endswith("nvidia-caps-imex-channels"):
+            continue  # directories, not device nodes
+        chosen.append(dev)
+    return [arg for dev in chosen for arg in ("--device", dev)]
+
+
+def resource_args(resources: Resources) -> list[str]:
+    args: list[str] = []
+    if resources.cpuset is not None:
+        args += ["--cpuset-cpus", resources.cpuset]
+    if resources.cpus is not None:
+        args += ["--cpus", f"{float(resources.cpus):g}"]
+    if resources.memory_bytes is not None:
+        args += ["--memory", str(int(resources.memory_bytes)), "--memory-swap", str(int(resources.memory_bytes))]
+    return args
+
+
+# ---------------------------------------------------------------- container
+@dataclass(frozen=True)
+class ContainerSpec:
+    """One payload container."""
+
+    name: str
+    image: str
+    run_id: str
+    network: NetworkMode = NetworkMode("host")
+    resources: Resources = Resources()
+    results_dir: str | None = None  # host folder bound read-write at /results
+    ports: tuple[int, ...] = ()  # published on the host (bridge mode, for peers on other hosts)
+    volumes: tuple[tuple[str, str], ...] = ()  # (host folder, container folder), read-write
+    env: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    read_only: bool = True
+    command: tuple[str, ...] = ("sleep", "infinity")
+
+
+def create_args(engine: Engine, spec: ContainerSpec) -> list[str]:
+    """The ``run`` argv for ``spec`` (without the engine prefix): every value is its own argument."""
+    if not _NAME.match(spec.name):
+        raise DlinfraError(f"container name {spec.name!r} is not valid", "letters, digits, '.', '_', '-'")
+    spec.resources.validate(engine.host)
+    args = ["run", "--detach", "--name", spec.name, "--hostname", spec.name[:63]]
+    args += ["--label", f"{RUN_LABEL}={spec.run_id}"]
+    for key, value in spec.labels.items():
+        args += ["--label", f"{key}={value}"]
+    args += ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+    if spec.read_only:
+        args += ["--read-only", "--tmpfs", "/tmp:rw,exec,size=1g"]  # noqa: S108 - the container's own /tmp
+    if spec.results_dir:
+        args += ["--volume", f"{spec.results_dir}:{RESULTS_IN_CONTAINER}:rw"]
+    for host_dir, inside in spec.volumes:
+        args += ["--volume", f"{host_dir}:{inside}:rw"]
+    args += network_args(engine, spec.network, spec.run_id)
+    if spec.ports:
+        if spec.network.kind != "bridge":
+            raise DlinfraError(f"container {spec.name}: ports are published only in bridge mode (got {spec.network})")
+        for port in spec.ports:
+            args += ["--publish", f"{int(port)}:{int(port)}"]
+    args += resource_args(spec.resources)
+    args += gpu_args(engine, spec.resources.gpus)
+    for key, value in spec.env.items():
+        args += ["--env", f"{key}={value}"]
+    args += engine.create_flags()
+    args += [spec.image, *spec.command]
+    return args
+
+
+def run_container(engine: Engine, spec: ContainerSpec) -> dict:
+    """Start the container and return its inspect record (id, address, applied limits)."""
+    if spec.network.kind == "bridge" and spec.network.value is None:
+        ensure_network(engine, run_network_name(spec.run_id), spec.run_id)
+    engine.run(*create_args(engine, spec), what=f"run {spec.name}")
+    return inspect_container(engine, spec.name)
+
+
+def inspect_container(engine: Engine, name: str) -> dict:
+    data = engine.json("container", "inspect", name, what=f"inspect {name}")
+    if not isinstance(data, list) or not data:
+        raise TargetError(f"{engine.label}: container {name} is not there")
+    return data[0]
+
+
+def container_address(record: dict, network: NetworkMode, host_address: str) -> str:
+    """The address peers use: the host's for host/netns networking, the container's on a bridge network."""
+    if network.kind != "bridge":
+        return host_address
+    networks = (record.get("NetworkSettings") or {}).get("Networks") or {}
+    for info in networks.values():
+        if info.get("IPAddress"):
+            return str(info["IPAddress"])
+    raise TargetError(f"container {record.get('Name', '?')}: no address on a bridge network")
+
+
+def applied_limits(record: dict) -> dict[str, object]:
+    """What the engine says it applied (for tests and for the result's facts)."""
+    hc = record.get("HostConfig") or {}
+    return {
+        "cpuset": hc.get("CpusetCpus") or None,
+        "nano_cpus": hc.get("NanoCpus") or None,
+        "cpu_quota": hc.get("CpuQuota") or None,
+        "cpu_period": hc.get("CpuPeriod") or None,
+        "memory_bytes": hc.get("Memory") or None,
+        "read_only": bool(hc.get("ReadonlyRootfs")),
+        "cap_drop": hc.get("CapDrop"),
+        "network_mode": hc.get("NetworkMode"),
+        "privileged": bool(hc.get("Privileged")),
+    }
+
+
+# ---------------------------------------------------------------- placement
+@dataclass(frozen=True)
+class Process:
+    """One payload process of a cell, already assigned a host (and optionally a CPU set) by the run engine."""
+
+    role: str
+    index: int
+    host: str
+    cpuset: str | None = None
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    """A container to create: where, with which CPU set, and which processes it will carry."""
+
+    host: str
+    name: str
+    cpuset: str | None
+    processes: tuple[Process, ...]
+
+
+def plan_containers(placement: str, processes: Sequence[Process], run_id: str) -> list[ContainerPlan]:
+    """``single``/``spread``: a container per process; ``pack``: a container per host, CPU sets disjoint.
+
+    The pack container's cpuset is the union of its processes' sets; each process is then
+    pinned to its own set inside (the payload's ``--cpus``).
+    """
+    if placement not in PLACEMENTS:
+        raise DlinfraError(f"placement {placement!r} is not known", f"use one of {', '.join(PLACEMENTS)}")
+    if placement == "single" and len(processes) != 1:
+        raise DlinfraError(f"placement single takes one process, got {len(processes)}", "use spread or pack")
+    if placement in ("single", "spread"):
+        return [ContainerPlan(p.host, f"dlinfra-{run_id}-{p.role}{p.index}", p.cpuset, (p,)) for p in processes]
+    by_host: dict[str, list[Process]] = {}
+    for proc in processes:
+        by_host.setdefault(proc.host, []).append(proc)
+    plans = []
+    for host, procs in by_host.items():
+        union: set[int] = set()
+        pinned = [p for p in procs if p.cpuset]
+        if pinned and len(pinned) != len(procs):
+            raise DlinfraError(f"host {host}: pack needs a CPU set for every process or for none")
+        for proc in pinned:
+            cpus = parse_cpuset(proc.cpuset or "", field_name=f"cpuset of {proc.role}{proc.index}", host=host)
+            overlap = union & cpus
+            if overlap:
+                raise DlinfraError(
+                    f"host {host}: pack needs disjoint CPU sets; "
+                    f"{proc.role}{proc.index} shares {format_cpuset(overlap)}",
+                    "give each process its own CPUs",
+                )
+            union |= cpus
+        plans.append(
+            ContainerPlan(host, f"dlinfra-{run_id}-{host}-pack", format_cpuset(union) if union else None, tuple(procs))
+        )
+    return plans
+
+
+# ----------------------------------------------------------------- teardown
+def remove_run(engine: Engine, run_id: str, *, images: Sequence[str] = ()) -> dict[str, list[str]]:
+    """Remove every container and network labelled with ``run_id`` and the given image refs; nothing else."""
+    label = f"{RUN_LABEL}={run_id}"
+    removed: dict[str, list[str]] = {"containers": [], "networks": [], "images": []}
+    for name in engine.names_with_label("container", label):
+        # --time 0: the main process (sleep) ignores SIGTERM; podman would wait 10 s per container for nothing.
+        quick = ["--time", "0"] if engine.kind == "podman" else []
+        engine.run("rm", "--force", *quick, "--volumes", name, check=False)
+        removed["containers"].append(name)
+    for name in engine.names_with_label("network", label):
+        engine.run("network", "rm", name, check=False)
+        removed["networks"].append(name)
+    for ref in images:
+        if engine.run("rmi", ref, check=False).returncode == 0:
+            removed["images"].append(ref)
+    return removed

@@ -1,0 +1,292 @@
+"""The base guest image: a Debian rootfs made bootable, cached as qcow2 with its kernel and initrd beside it.
+
+Built from :func:`dlinfra.images.rootfs.build_rootfs` (Debian's mirror only),
+laid into an ext4 filesystem with ``mkfs.ext4 -d`` (no loop mounts, no
+bootloader: libvirt boots the extracted kernel directly), converted to qcow2
+and kept in the cache keyed by its inputs. Guests never write to it: each gets
+a copy-on-write overlay (see ``provider``). A user may instead supply a cloud
+image with its own bootloader and cloud-init (:func:`cloud_image`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlinfra.cache import cache_dir
+from dlinfra.errors import DlinfraError
+from dlinfra.images.rootfs import RootfsSpec, build_rootfs
+
+IMAGE_FORMAT_VERSION = 4  # bump when the customisation below changes: a new cache entry is built
+GUEST_PACKAGES = (
+    "ca-certificates",
+    "e2fsprogs",
+    "initramfs-tools",
+    "iproute2",
+    "kmod",
+    "linux-image-amd64",
+    "openssh-server",
+    "python3",
+    "python3-venv",
+    "systemd-sysv",
+    "udev",
+)
+KERNEL_CMDLINE = "root=/dev/vda rw console=ttyS0,115200 net.ifnames=0 quiet"
+SEED_LABEL = "cidata"
+# Background jobs that would disturb a benchmark (or need the network) are masked in the image.
+MASKED_UNITS = (
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "e2scrub_all.timer",
+    "e2scrub_reap.service",
+    "fstrim.timer",
+    "systemd-networkd-wait-online.service",
+)
+
+# Runs every boot before sshd and networkd: applies the per-guest seed disk (label cidata, dlinfra/ folder).
+SEED_SCRIPT = r"""#!/bin/sh
+# dlinfra first-boot seed: host key, login user and authorized key, hostname, static network.
+# blkid scans the disks itself, so a slow udev (heavily loaded, emulated hosts) cannot make us miss the seed.
+set -eu
+dev=""
+i=0
+while [ -z "$dev" ]; do
+    dev=$(blkid -l -o device -t LABEL=cidata 2>/dev/null || true)
+    [ -n "$dev" ] && break
+    i=$((i + 1))
+    [ "$i" -ge 600 ] && { echo "dlinfra-seed: no disk labelled cidata" >&2; exit 1; }
+    sleep 1
+done
+mnt=$(mktemp -d)
+mount -o ro "$dev" "$mnt"
+s="$mnt/dlinfra"
+install -m 0644 "$s/hostname" /etc/hostname
+hostname -F /etc/hostname
+rm -f /etc/ssh/ssh_host_*
+install -m 0600 "$s/ssh_host_ed25519_key" /etc/ssh/ssh_host_ed25519_key
+install -m 0644 "$s/ssh_host_ed25519_key.pub" /etc/ssh/ssh_host_ed25519_key.pub
+user=$(cat "$s/user")
+id "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
+home=$(getent passwd "$user" | cut -d: -f6)
+install -d -m 0700 -o "$user" -g "$user" "$home/.ssh"
+install -m 0600 -o "$user" -g "$user" "$s/authorized_keys" "$home/.ssh/authorized_keys"
+install -m 0644 "$s/10-dlinfra.network" /etc/systemd/network/10-dlinfra.network
+install -m 0644 "$s/resolv.conf" /etc/resolv.conf
+umount "$mnt"
+rmdir "$mnt"
+echo "dlinfra-seed: applied to $(cat /etc/hostname)"
+"""
+
+SEED_UNIT = r"""[Unit]
+Description=dlinfra seed: SSH host key, authorized key, static network
+DefaultDependencies=no
+After=local-fs.target
+Before=systemd-networkd.service ssh.service network-pre.target shutdown.target
+Wants=network-pre.target
+Conflicts=shutdown.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+TimeoutStartSec=infinity
+StandardOutput=journal+console
+ExecStart=/usr/local/sbin/dlinfra-seed
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+# sshd must never start with another key than the seeded one.
+SSH_DROPIN = """[Unit]
+Requires=dlinfra-seed.service
+After=dlinfra-seed.service
+"""
+
+# A small initrd: only what finds the root disk. MODULES=most (Debian's default) packs ~36 MB that an
+# emulated guest spends many seconds unpacking and probing.
+INITRAMFS_MODULES = "virtio_pci\nvirtio_blk\nvirtio_net\next4\ncrc32c_generic\n"
+
+SSHD_CONFIG = """# dlinfra: keys only, no root, the seeded ed25519 host key only.
+PermitRootLogin no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+HostKey /etc/ssh/ssh_host_ed25519_key
+UseDNS no
+"""
+
+
+@dataclass(frozen=True)
+class GuestImage:
+    """A bootable base image: qcow2 disk, and the kernel/initrd/cmdline to boot it directly (None: its bootloader)."""
+
+    disk: Path
+    kernel: Path | None = None
+    initrd: Path | None = None
+    cmdline: str | None = None
+    seed_style: str = "dlinfra"  # "dlinfra" (our oneshot unit reads the seed disk) or "nocloud" (cloud-init)
+    key: str = ""
+
+    @property
+    def virtual_size(self) -> int:
+        return qcow2_virtual_size(self.disk)
+
+
+def _run(cmd: list[str], what: str, timeout: float = 1800) -> None:
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-2:]
+        raise DlinfraError(f"building the guest image: {what} failed: {' | '.join(tail)}")
+
+
+def qcow2_virtual_size(path: Path) -> int:
+    """Virtual size in bytes of a disk image, from ``qemu-img info``."""
+    out = subprocess.run(["qemu-img", "info", "--output=json", str(path)], capture_output=True, text=True, check=True)
+    return int(json.loads(out.stdout)["virtual-size"])
+
+
+def _customise(root: Path) -> None:
+    """Make the extracted rootfs a guest: no shared identity, our seed unit, networkd, strict sshd."""
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()  # debootstrap made these once; every guest must get its own
+    (root / "etc/machine-id").write_text("")  # systemd makes a fresh one per guest at first boot
+    dbus_id = root / "var/lib/dbus/machine-id"
+    if dbus_id.exists() or dbus_id.is_symlink():
+        dbus_id.unlink()
+    (root / "etc/hostname").write_text("dlinfra-guest\n")
+    (root / "etc/hosts").write_text("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n")
+    resolv = root / "etc/resolv.conf"
+    if resolv.exists() or resolv.is_symlink():
+        resolv.unlink()
+    resolv.write_text("")
+    (root / "etc/fstab").write_text("/dev/vda / ext4 rw,noatime,errors=remount-ro 0 0\n")
+    (root / "usr/local/sbin").mkdir(parents=True, exist_ok=True)
+    script = root / "usr/local/sbin/dlinfra-seed"
+    script.write_text(SEED_SCRIPT)
+    script.chmod(0o755)
+    (root / "etc/systemd/system/dlinfra-seed.service").write_text(SEED_UNIT)
+    sshd_d = root / "etc/ssh/sshd_config.d"
+    sshd_d.mkdir(parents=True, exist_ok=True)
+    (sshd_d / "10-dlinfra.conf").write_text(SSHD_CONFIG)
+    dropin = root / "etc/systemd/system/ssh.service.d"
+    dropin.mkdir(parents=True, exist_ok=True)
+    (dropin / "10-dlinfra-seed.conf").write_text(SSH_DROPIN)
+    _small_initrd(root)
+    _run(
+        ["systemctl", f"--root={root}", "enable", "dlinfra-seed.service", "systemd-networkd.service", "ssh.service"],
+        "enabling guest services",
+    )
+    _run(["systemctl", f"--root={root}", "mask", *MASKED_UNITS], "masking background units")
+
+
+def _small_initrd(root: Path) -> None:
+    """Rebuild the initrd with only the virtio and ext4 modules (runs mkinitramfs inside the rootfs)."""
+    conf = root / "etc/initramfs-tools/initramfs.conf"
+    conf.write_text(conf.read_text().replace("MODULES=most", "MODULES=list"))
+    (root / "etc/initramfs-tools/modules").write_text(INITRAMFS_MODULES)
+    _run(["chroot", str(root), "update-initramfs", "-u", "-k", "all"], "update-initramfs in the rootfs")
+
+
+def _newest(boot: Path, prefix: str) -> Path:
+    found = sorted(boot.glob(f"{prefix}-*"))
+    if not found:
+        raise DlinfraError(f"building the guest image: no {prefix} in the rootfs", "the rootfs needs linux-image-amd64")
+    return found[-1]
+
+
+def build_guest_image(suite: str = "bookworm", disk_gib: int = 8) -> GuestImage:
+    """Return the cached base image for ``suite``, building it (~1-4 min) the first time."""
+    for tool in ("mkfs.ext4", "qemu-img", "tar", "systemctl"):
+        if shutil.which(tool) is None:
+            raise DlinfraError(f"{tool} is not installed", "apt-get install e2fsprogs qemu-utils systemd")
+    rootfs_spec = RootfsSpec(suite=suite, variant="minbase", include=GUEST_PACKAGES)
+    inputs = {
+        "rootfs": rootfs_spec.__dict__ | {"include": sorted(GUEST_PACKAGES)},
+        "disk_gib": disk_gib,
+        "format": IMAGE_FORMAT_VERSION,
+        "cmdline": KERNEL_CMDLINE,
+    }
+    out_dir = cache_dir("guest-image", inputs)
+    manifest = out_dir / "manifest.json"
+    if manifest.exists():
+        return _load(out_dir)
+    tarball = build_rootfs(rootfs_spec)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}-build-") as tmp:
+        work = Path(tmp)
+        root = work / "root"
+        root.mkdir()
+        _run(["tar", "-C", str(root), "--numeric-owner", "-xpf", str(tarball)], "extracting the rootfs")
+        _customise(root)
+        stage = work / "image"
+        stage.mkdir()
+        shutil.copy2(_newest(root / "boot", "vmlinuz"), stage / "vmlinuz")
+        shutil.copy2(_newest(root / "boot", "initrd.img"), stage / "initrd.img")
+        raw = work / "root.raw"
+        with raw.open("wb") as handle:
+            handle.truncate(disk_gib * 1024**3)
+        _run(
+            [
+                "mkfs.ext4",
+                "-q",
+                "-F",
+                "-L",
+                "dlinfra-root",
+                "-i",
+                "32768",
+                "-E",
+                "lazy_itable_init=0,lazy_journal_init=0",
+                "-d",
+                str(root),
+                str(raw),
+            ],
+            "mkfs.ext4 -d",
+        )
+        _run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(stage / "base.qcow2")], "qemu-img convert")
+        raw.unlink()
+        (stage / "manifest.json").write_text(
+            json.dumps(
+                {
+                    "inputs": inputs,
+                    "cmdline": KERNEL_CMDLINE,
+                    "build_seconds": round(time.monotonic() - started, 1),
+                    "kernel": _newest(root / "boot", "vmlinuz").name,
+                },
+                indent=2,
+                sort_keys=True,
+            )
+        )
+        try:
+            stage.rename(out_dir)  # atomic: a half-built image is never seen as cached
+        except OSError:
+            if not manifest.exists():  # someone else won the race: use theirs
+                raise
+    return _load(out_dir)
+
+
+def _load(out_dir: Path) -> GuestImage:
+    return GuestImage(
+        disk=out_dir / "base.qcow2",
+        kernel=out_dir / "vmlinuz",
+        initrd=out_dir / "initrd.img",
+        cmdline=KERNEL_CMDLINE,
+        seed_style="dlinfra",
+        key=out_dir.name,
+    )
+
+
+def cloud_image(path: str | os.PathLike[str]) -> GuestImage:
+    """A user-supplied cloud image (qcow2 or raw, with a bootloader and cloud-init), seeded by NoCloud."""
+    disk = Path(path).expanduser().resolve()
+    if not disk.is_file():
+        raise DlinfraError(f"cloud image {disk} does not exist", "give the path of a qcow2 or raw cloud image")
+    out = subprocess.run(["qemu-img", "info", "--output=json", str(disk)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise DlinfraError(f"cloud image {disk} is not a disk image qemu-img can read")
+    return GuestImage(disk=disk, seed_style="nocloud", key=f"cloud-{disk.stat().st_size}-{int(disk.stat().st_mtime)}")

@@ -1,0 +1,149 @@
+"""One libvirt NAT network per run: its own bridge, its own /24, fixed addresses for its guests.
+
+A network per run keeps runs apart and makes teardown exact (the run deletes
+its network and nothing else). Guests get static addresses from their seed;
+the DHCP host entries give the same address to images that ask by DHCP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import subprocess
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dlinfra.errors import TargetError
+
+if TYPE_CHECKING:
+    import libvirt
+
+# 10.213.0.0/16 is carved into /24s, one per run; other engineers' testbeds use other ranges.
+POOL = ipaddress.ip_network("10.213.0.0/16")
+FIRST_GUEST_HOST = 10
+
+
+@dataclass(frozen=True)
+class GuestAddress:
+    """Where one guest sits on the run's network."""
+
+    guest: str
+    mac: str
+    ip: str
+
+
+@dataclass(frozen=True)
+class RunNetwork:
+    """The run's network: libvirt name, bridge, subnet, gateway and guest addresses."""
+
+    name: str
+    bridge: str
+    subnet: ipaddress.IPv4Network
+    guests: tuple[GuestAddress, ...]
+
+    @property
+    def gateway(self) -> str:
+        return str(self.subnet.network_address + 1)
+
+    def address_of(self, guest: str) -> GuestAddress:
+        return next(g for g in self.guests if g.guest == guest)
+
+
+def mac_for(run_label: str, guest: str) -> str:
+    """A stable locally administered MAC in QEMU's 52:54:00 range, from the run and guest names."""
+    digest = hashlib.sha256(f"{run_label}/{guest}".encode()).digest()
+    return "52:54:00:" + ":".join(f"{b:02x}" for b in digest[:3])
+
+
+def local_routes() -> list[ipaddress.IPv4Network]:
+    """Destinations this machine already routes (so a new network does not shadow them)."""
+    try:
+        out = subprocess.run(
+            ["ip", "-j", "-4", "route", "show", "table", "all"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    routes = []
+    for route in json.loads(out or "[]"):
+        dst = route.get("dst", "")
+        if dst in ("default", "") or route.get("type") in ("local", "broadcast"):
+            continue
+        try:
+            routes.append(ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False))
+        except ValueError:
+            continue
+    return routes
+
+
+def libvirt_subnets(conn: libvirt.virConnect) -> list[ipaddress.IPv4Network]:
+    """Subnets of every libvirt network defined on the host, running or not."""
+    subnets = []
+    for net in conn.listAllNetworks():
+        root = ET.fromstring(net.XMLDesc())  # noqa: S314 - libvirtd's own XML
+        for ip in root.findall("ip"):
+            address, prefix = ip.get("address"), ip.get("prefix") or ip.get("netmask")
+            if address and prefix and ":" not in address:
+                subnets.append(ipaddress.ip_network(f"{address}/{prefix}", strict=False))
+    return subnets
+
+
+def pick_subnet(taken: list[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
+    """The first /24 of the pool that overlaps nothing already taken."""
+    for subnet in POOL.subnets(new_prefix=24):
+        if subnet.network_address.packed[2] < 10:
+            continue  # leave the first few to hand-made setups
+        if not any(subnet.overlaps(t) for t in taken):
+            return subnet
+    raise TargetError(f"no free /24 left in {POOL} for a run network", "tear down old runs: dlinfra vm sweep")
+
+
+def plan_network(
+    run_label: str, guests: list[str], taken: list[ipaddress.IPv4Network], subnet: ipaddress.IPv4Network | None = None
+) -> RunNetwork:
+    """Name, bridge, subnet and one address per guest for the run ``run_label``."""
+    subnet = subnet or pick_subnet(taken)
+    if len(guests) > subnet.num_addresses - FIRST_GUEST_HOST - 2:
+        raise TargetError(f"{len(guests)} guests do not fit in {subnet}")
+    addresses = tuple(
+        GuestAddress(g, mac_for(run_label, g), str(subnet.network_address + FIRST_GUEST_HOST + i))
+        for i, g in enumerate(guests)
+    )
+    return RunNetwork(f"dlinfra-{run_label}", f"dlv-{run_label}"[:15], subnet, addresses)
+
+
+def network_xml(net: RunNetwork) -> str:
+    """NAT network XML with DHCP host entries for every guest."""
+    root = ET.Element("network")
+    ET.SubElement(root, "name").text = net.name
+    forward = ET.SubElement(root, "forward", {"mode": "nat"})
+    nat = ET.SubElement(forward, "nat")
+    ET.SubElement(nat, "port", {"start": "1024", "end": "65535"})
+    ET.SubElement(root, "bridge", {"name": net.bridge, "stp": "off", "delay": "0"})
+    ip = ET.SubElement(root, "ip", {"address": net.gateway, "netmask": str(net.subnet.netmask)})
+    dhcp = ET.SubElement(ip, "dhcp")
+    first = net.subnet.network_address + FIRST_GUEST_HOST
+    ET.SubElement(dhcp, "range", {"start": str(first), "end": str(net.subnet.broadcast_address - 1)})
+    for guest in net.guests:
+        ET.SubElement(dhcp, "host", {"mac": guest.mac, "name": guest.guest, "ip": guest.ip})
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode")
+
+
+def create_network(conn: libvirt.virConnect, net: RunNetwork) -> None:
+    """Define and start the run's network."""
+    import libvirt
+
+    try:
+        network = conn.networkDefineXML(network_xml(net))
+    except libvirt.libvirtError as exc:
+        raise TargetError(f"{conn.getHostname()}: cannot define network {net.name}: {exc}") from exc
+    try:
+        network.create()
+    except libvirt.libvirtError as exc:
+        network.undefine()
+        raise TargetError(
+            f"{conn.getHostname()}: cannot start network {net.name} ({net.subnet}): {exc}",
+            "check that dnsmasq and iptables work on the hypervisor host",
+        ) from exc

@@ -1,0 +1,82 @@
+"""Store -> Report: resolve the campaign, fold runs, compute every view and warning."""
+
+from __future__ import annotations
+
+from dlinfra.errors import DlinfraError
+from dlinfra.report import views
+from dlinfra.report.frame import METRICS, failed_cells, load_runs, require_metric, run_values
+from dlinfra.report.model import Report
+from dlinfra.report.warnings import ReportWarning, dedupe
+from dlinfra.results.store import ResultsStore
+
+
+def build_report(
+    store: ResultsStore,
+    campaign: str | None = None,
+    baseline: str = "bm",
+    metric: str = "throughput",
+    seed: int = 0,
+    compare_seed: str | None = None,
+) -> Report:
+    """The full report of one campaign; raises DlinfraError with a hint for anything the user can fix."""
+    if metric not in METRICS:
+        raise DlinfraError(f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
+    m = METRICS[metric]
+    campaign_id = store.resolve_campaign(campaign)
+    name = next((c["name"] for c in store.campaigns() if c["campaign_id"] == campaign_id), campaign_id)
+    runs = load_runs(store, campaign_id)
+    failed = failed_cells(store, campaign_id)
+    if runs.empty:
+        detail = f" ({len(failed)} failed cell(s))" if len(failed) else ""
+        raise DlinfraError(f"campaign {campaign_id} has no stored runs{detail}", "see 'dlinfra results show'")
+    layers = sorted(set(runs["layer"]))
+    if baseline not in layers:
+        raise DlinfraError(
+            f"baseline layer {baseline!r} has no runs in campaign {campaign_id} (layers with runs: {', '.join(layers)})",
+            "choose one of them with --baseline",
+        )
+    values = run_values(runs, m)
+    require_metric(values, m, campaign_id)
+    elapsed = values if metric == "elapsed" else run_values(runs, METRICS["elapsed"])
+    tta = values if metric == "time-to-accuracy" else run_values(runs, METRICS["time-to-accuracy"])
+
+    overhead, warnings = views.overhead_view(values, failed, m, baseline, seed)
+    step_table, samples = views.step_times(runs, baseline)
+    report_views = {
+        "overhead": overhead,
+        "scaling": views.scaling_view(values, m),
+        "ps": views.ps_view(values, m, seed),
+        "sync_async": views.sync_async_view(tta, elapsed),
+        "run_times": views.run_times_view(elapsed),
+        "system": views.system_view(runs),
+        "step_times": step_table,
+    }
+    notes = [
+        f"{len(values)} run(s) over {len(set(values['cell_hash']))} cell(s), layers {', '.join(layers)}; "
+        f"{len(failed)} failed cell run(s)"
+    ]
+    if compare_seed:
+        from dlinfra.report.seeds import compare
+
+        table, seed_notes, seed_warnings = compare(compare_seed, report_views, runs, baseline)
+        report_views["seed"] = table
+        notes.extend(seed_notes)
+        warnings.extend(seed_warnings)
+    if values["emulated"].any():
+        warnings.append(
+            ReportWarning("emulated", "some runs ran in emulated guests (software CPU): their layers are not comparable "
+                          "with real hardware; comparisons across the two are refused")  # fmt: skip
+        )
+    return Report(
+        campaign_id=campaign_id,
+        campaign_name=name,
+        baseline=baseline,
+        metric=metric,
+        unit=m.unit,
+        higher_is_better=m.higher_is_better,
+        seed=seed,
+        views=report_views,
+        warnings=dedupe(warnings),
+        notes=notes,
+        step_samples=samples,
+    )

@@ -1,0 +1,176 @@
+"""One self-contained HTML page: the tables, the warnings and inline SVG plots.
+
+Nothing is fetched at view time (no scripts, fonts, stylesheets or images by
+URL): the page is mailed, archived and opened on air-gapped machines. Plots
+are drawn by matplotlib (Agg backend, no display) as SVG and inlined as ``<svg>``.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from html import escape
+
+import matplotlib
+
+matplotlib.use("Agg")  # never a display; set before pyplot is imported
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from dlinfra.report.model import VIEW_TITLES, Report  # noqa: E402
+from dlinfra.report.render import EMPTY, format_value, shown_columns  # noqa: E402
+
+#: Most bars/boxes per plot; larger campaigns get the first ones and a note.
+MAX_GROUPS = 16
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1400px}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}
+th,td{border:1px solid #ccc;padding:3px 8px}th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.warnings{border:2px solid #c62828;background:#fff4f4;padding:.5em 1em;margin:1em 0}
+.warnings li{margin:.2em 0}.ok{border:2px solid #2e7d32;background:#f3fbf3;padding:.5em 1em}
+figure{margin:1em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;height:auto}
+.slower{color:#b71c1c}.faster{color:#1b5e20}.refused{color:#b71c1c;font-weight:bold}
+"""
+
+
+def _svg(fig: plt.Figure) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    text = re.sub(r"<\?xml[^>]*\?>\s*", "", text)
+    return re.sub(r"<!DOCTYPE[^>]*>\s*", "", text)
+
+
+def _colors(layers: list[str]) -> dict[str, str]:
+    palette = {"bm": "#455a64", "ctr": "#1e88e5", "vm": "#fb8c00", "ctr-vm": "#8e24aa"}
+    extra = iter(["#43a047", "#e53935", "#6d4c41"])
+    return {layer: palette.get(layer) or next(extra, "#999999") for layer in layers}
+
+
+def throughput_plots(report: Report) -> list[tuple[str, str]]:
+    """Per workload: the metric's mean per layer and config, with 95% bootstrap CI bars."""
+    frame = report.views["overhead"]
+    frame = frame[frame["runs"] > 0]
+    plots = []
+    for workload, group in frame.groupby("workload", sort=True):
+        configs = list(dict.fromkeys(group["config"]))[:MAX_GROUPS]
+        layers = list(dict.fromkeys(group["layer"]))
+        colors = _colors(layers)
+        fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(configs) * max(1, len(layers)) / 2), 3.4))
+        width = 0.8 / max(1, len(layers))
+        for i, layer in enumerate(layers):
+            xs, ys, err_lo, err_hi = [], [], [], []
+            for j, config in enumerate(configs):
+                row = group[(group["config"] == config) & (group["layer"] == layer)]
+                if row.empty:
+                    continue
+                r = row.iloc[0]
+                xs.append(j + (i - (len(layers) - 1) / 2) * width)
+                ys.append(r["mean"])
+                lo, hi = r["mean_ci_low"], r["mean_ci_high"]
+                err_lo.append(0 if math.isnan(lo) else r["mean"] - lo)
+                err_hi.append(0 if math.isnan(hi) else hi - r["mean"])
+            ax.bar(xs, ys, width=width, color=colors[layer], label=layer, yerr=[err_lo, err_hi], capsize=3)
+        ax.set_xticks(range(len(configs)))
+        ax.set_xticklabels([c if len(c) <= 40 else c[:37] + "..." for c in configs], rotation=20, ha="right",
+                           fontsize=7)  # fmt: skip
+        ax.set_ylabel(f"{report.metric} ({report.unit})")
+        ax.set_title(f"{workload}: mean {report.metric} per layer, 95% CI")
+        ax.legend(fontsize=8)
+        plots.append((f"{workload}: {report.metric} per layer (mean, 95% bootstrap CI bars)", _svg(fig)))
+    return plots
+
+
+def scaling_plots(report: Report) -> list[tuple[str, str]]:
+    """Per workload: speedup against workers for each layer and config, with the ideal line."""
+    frame = report.views.get("scaling", pd.DataFrame())
+    plots = []
+    for workload, group in frame.groupby("workload", sort=True) if not frame.empty else []:
+        fig, ax = plt.subplots(figsize=(5.5, 3.6))
+        top = int(group["workers"].max())
+        ax.plot([1, top], [1, top], "--", color="#999999", label="ideal (linear)")
+        colors = _colors(list(dict.fromkeys(group["layer"])))
+        for (layer, config), curve in list(group.groupby(["layer", "config"], sort=True))[:MAX_GROUPS]:
+            curve = curve.sort_values("workers")
+            label = f"{layer} {config}" if len(config) <= 30 else f"{layer} {config[:27]}..."
+            ax.plot(curve["workers"], curve["speedup"], "o-", color=colors[layer], label=label)
+        ax.set_xlabel("workers")
+        ax.set_ylabel("speedup")
+        ax.set_title(f"{workload}: scaling against 1 worker")
+        ax.legend(fontsize=7)
+        plots.append((f"{workload}: speedup against workers, dashed line = ideal", _svg(fig)))
+    return plots
+
+
+def step_time_plots(report: Report) -> list[tuple[str, str]]:
+    """Per workload: box plots of the pooled per-step times of each layer and config."""
+    by_workload: dict[str, list[tuple[str, list[float]]]] = {}
+    for key, samples in report.step_samples.items():
+        workload, config, layer = key.split("|", 2)
+        by_workload.setdefault(workload, []).append((f"{layer}\n{config[:24]}", samples))
+    plots = []
+    for workload, boxes in sorted(by_workload.items()):
+        boxes = boxes[:MAX_GROUPS]
+        fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(boxes)), 3.6))
+        ax.boxplot([[s * 1000 for s in b[1]] for b in boxes], whis=(5, 95), showfliers=False)
+        ax.set_xticks(range(1, len(boxes) + 1))
+        ax.set_xticklabels([b[0] for b in boxes], fontsize=7)
+        ax.set_ylabel("step time (ms)")
+        ax.set_title(f"{workload}: per-step times (whiskers 5th-95th percentile)")
+        plots.append((f"{workload}: step-time distribution per layer", _svg(fig)))
+    return plots
+
+
+def _table(name: str, frame: pd.DataFrame) -> str:
+    columns = shown_columns(name, frame)
+    numeric = {c: pd.api.types.is_numeric_dtype(frame[c]) for c in columns}
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    body = []
+    for row in frame[columns].itertuples(index=False):
+        cells = []
+        for c, v in zip(columns, row, strict=True):
+            text = format_value(c, v)
+            cls = ' class="num"' if numeric[c] else (f' class="{escape(text)}"' if c == "verdict" else "")
+            cells.append(f"<td{cls}>{escape(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def render_html(report: Report) -> str:
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{escape(report.title)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>{escape(report.title)}</h1><p>{escape(report.subtitle)}</p>",
+    ]
+    if report.warnings:
+        items = "".join(
+            f"<li><b>{escape(w.code)}</b>: {escape(w.where + ': ') if w.where else ''}{escape(w.message)}</li>"
+            for w in report.warnings
+        )
+        parts.append(f'<div class="warnings" id="warnings"><h2>Warnings ({len(report.warnings)})</h2><ul>{items}</ul></div>')
+    else:
+        parts.append('<div class="ok" id="warnings">No warnings.</div>')
+    plots = {
+        "overhead": throughput_plots(report),
+        "scaling": scaling_plots(report),
+        "step_times": step_time_plots(report),
+    }
+    for name in VIEW_TITLES:
+        if name not in report.views:
+            continue
+        frame = report.views[name]
+        parts.append(f'<h2 id="{name}">{escape(VIEW_TITLES[name])}</h2>')
+        if frame.empty:
+            parts.append(f"<p><i>{escape(EMPTY.get(name, 'no data'))}</i></p>")
+        else:
+            parts.append(_table(name, frame))
+        for caption, svg in plots.get(name, []):
+            parts.append(f'<figure class="plot">{svg}<figcaption>{escape(caption)}</figcaption></figure>')
+    if report.notes:
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{escape(n)}</li>" for n in report.notes) + "</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

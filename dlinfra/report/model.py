@@ -1,0 +1,51 @@
+"""The report as data: what every renderer draws from, so formats cannot disagree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from dlinfra.report.warnings import ReportWarning
+
+#: view name -> title, in the order every format shows them.
+VIEW_TITLES = {
+    "overhead": "Overhead against the baseline",
+    "scaling": "Scaling against 1 worker",
+    "ps": "Effect of the parameter-server count",
+    "sync_async": "Sync vs async: time to accuracy",
+    "run_times": "Best and worst total run times per layer",
+    "system": "System view per role",
+    "step_times": "Step-time distribution",
+    "seed": "Against the seed's published figures",
+}
+
+
+@dataclass
+class Report:
+    """Everything one ``dlinfra report`` prints, in any format."""
+
+    campaign_id: str
+    campaign_name: str
+    baseline: str
+    metric: str
+    unit: str
+    higher_is_better: bool
+    seed: int
+    views: dict[str, pd.DataFrame]
+    warnings: list[ReportWarning]
+    notes: list[str] = field(default_factory=list)
+    #: Raw per-step times for the HTML plots ("workload|config|layer" -> seconds); not serialised.
+    step_samples: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return f"dlinfra report: campaign {self.campaign_id} ({self.campaign_name})"
+
+    @property
+    def subtitle(self) -> str:
+        better = "higher" if self.higher_is_better else "lower"
+        return (
+            f"metric {self.metric} ({self.unit}, {better} is better); baseline {self.baseline}; overhead > 0 means "
+            f"worse than {self.baseline}; 95% bootstrap CI of the ratio of means over repeats (seed {self.seed})"
+        )

@@ -1,0 +1,211 @@
+"""Render a Report as a terminal table (rich), Markdown, CSV or JSON.
+
+One number formatter serves the table and Markdown, so they show the same
+digits; CSV and JSON carry full precision. Warnings are in every format:
+after the tables in text formats, a top-level ``warnings`` list in JSON, and
+``# warning:`` comment lines before the CSV header (read it back with
+``pandas.read_csv(path, comment="#")``) plus a ``flags`` column per row.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from dlinfra.report.model import VIEW_TITLES, Report
+from dlinfra.report.warnings import ReportWarning
+
+JSON_SCHEMA = 1
+FORMATS = ("table", "markdown", "csv", "json", "html")
+#: Columns kept for CSV/JSON/plots but left out of the text tables (they would double their width).
+HIDDEN = {"overhead": ("mean", "mean_ci_low", "mean_ci_high")}
+EMPTY = {
+    "scaling": "no config ran with more than one worker count next to a 1-worker (or single) cell",
+    "ps": "no config ran with more than one parameter-server count",
+    "sync_async": "no config ran in both sync and ps-async mode",
+    "system": "no run recorded system samples",
+    "step_times": "no run recorded per-step times",
+}
+
+
+def format_value(column: str, value: Any) -> str:
+    """The one display format of a cell (table and Markdown)."""
+    if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value)).lower()
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        if column.endswith("_pct"):
+            text = f"{v:.1f}"
+        elif abs(v) >= 100:
+            text = f"{v:.1f}"
+        elif abs(v) >= 1:
+            text = f"{v:.3f}"
+        else:
+            text = f"{v:.4g}"
+        return "0.0" if text in ("-0.0", "-0") else text
+    return str(value)
+
+
+def shown_columns(name: str, frame: pd.DataFrame) -> list[str]:
+    return [c for c in frame.columns if c not in HIDDEN.get(name, ())]
+
+
+def _views(report: Report) -> list[tuple[str, pd.DataFrame]]:
+    return [(name, report.views[name]) for name in VIEW_TITLES if name in report.views]
+
+
+def render_table(report: Report, width: int | None = None) -> str:
+    """Rich tables as plain text (no colour codes: they go to files and pipes too)."""
+    console = Console(file=io.StringIO(), width=width or 400, record=True, color_system=None, soft_wrap=False)
+    console.print(report.title, markup=False)
+    console.print(report.subtitle, markup=False)
+    for name, frame in _views(report):
+        if frame.empty:
+            if name in EMPTY:
+                console.print(f"\n{VIEW_TITLES[name]}: {EMPTY[name]}", markup=False)
+            continue
+        table = Table(title=VIEW_TITLES[name], title_justify="left")
+        for column in shown_columns(name, frame):
+            numeric = pd.api.types.is_numeric_dtype(frame[column])
+            table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+        for row in frame[shown_columns(name, frame)].itertuples(index=False):
+            table.add_row(*(format_value(c, v) for c, v in zip(shown_columns(name, frame), row, strict=True)))
+        console.print()
+        console.print(table)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False)
+    console.print(f"\nWarnings ({len(report.warnings)}):" if report.warnings else "\nWarnings: none", markup=False)
+    for w in report.warnings:
+        console.print(f"  ! {w.line()}", markup=False)
+    return console.export_text()
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: Report) -> str:
+    out = [f"# {report.title}", "", report.subtitle, ""]
+    if report.warnings:
+        out += [f"## Warnings ({len(report.warnings)})", ""]
+        out += [f"- **{w.code}**: {_md_cell(w.where) + ': ' if w.where else ''}{_md_cell(w.message)}"
+                for w in report.warnings]  # fmt: skip
+        out.append("")
+    for name, frame in _views(report):
+        out += [f"## {VIEW_TITLES[name]}", ""]
+        if frame.empty:
+            out += [f"_{EMPTY.get(name, 'no data')}_", ""]
+            continue
+        columns = shown_columns(name, frame)
+        numeric = [pd.api.types.is_numeric_dtype(frame[c]) for c in columns]
+        out.append("| " + " | ".join(columns) + " |")
+        out.append("|" + "|".join("---:" if n else "---" for n in numeric) + "|")
+        for row in frame[columns].itertuples(index=False):
+            out.append("| " + " | ".join(_md_cell(format_value(c, v)) for c, v in zip(columns, row, strict=True)) + " |")
+        out.append("")
+    if report.notes:
+        out += ["## Notes", ""] + [f"- {_md_cell(n)}" for n in report.notes] + [""]
+    return "\n".join(out)
+
+
+def render_csv(report: Report, view: str = "overhead") -> str:
+    """One view as CSV, full precision, with the report's warnings as leading ``#`` lines."""
+    frame = report.views.get(view)
+    if frame is None:
+        from dlinfra.errors import DlinfraError
+
+        raise DlinfraError(f"this report has no view {view!r}", f"use one of {', '.join(report.views)}")
+    lines = [f"# {report.title}", f"# {report.subtitle}", f"# view: {view} ({VIEW_TITLES[view]})"]
+    lines += [f"# warning: {w.line()}" for w in report.warnings]
+    lines += [f"# note: {n}" for n in report.notes]
+    body = frame.to_csv(index=False, lineterminator="\n")
+    return "\n".join(line.replace("\n", " ") for line in lines) + "\n" + body
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return None if math.isnan(value) else float(value)
+    return value
+
+
+def render_json(report: Report) -> str:
+    data = {
+        "schema": JSON_SCHEMA,
+        "campaign_id": report.campaign_id,
+        "campaign_name": report.campaign_name,
+        "baseline": report.baseline,
+        "metric": report.metric,
+        "unit": report.unit,
+        "higher_is_better": report.higher_is_better,
+        "seed": report.seed,
+        "notes": report.notes,
+        "warnings": [w.to_dict() for w in report.warnings],
+        "views": {
+            name: {
+                "title": VIEW_TITLES[name],
+                "columns": list(frame.columns),
+                "rows": [[_jsonable(v) for v in row] for row in frame.itertuples(index=False)],
+            }
+            for name, frame in _views(report)
+        },
+    }
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"
+
+
+def report_from_json(text: str) -> Report:
+    """Read back what :func:`render_json` wrote (step samples are not part of JSON)."""
+    data = json.loads(text)
+    views = {}
+    for name, view in data["views"].items():
+        frame = pd.DataFrame(view["rows"], columns=view["columns"])
+        for column in frame.columns:  # JSON null in a number column is NaN again
+            if frame[column].map(lambda v: v is None or isinstance(v, (int, float))).all() and frame[column].notna().any():
+                frame[column] = frame[column].astype(float) if frame[column].isna().any() else frame[column]
+        views[name] = frame
+    return Report(
+        campaign_id=data["campaign_id"],
+        campaign_name=data["campaign_name"],
+        baseline=data["baseline"],
+        metric=data["metric"],
+        unit=data["unit"],
+        higher_is_better=data["higher_is_better"],
+        seed=data["seed"],
+        views=views,
+        warnings=[ReportWarning(**w) for w in data["warnings"]],
+        notes=list(data["notes"]),
+    )
+
+
+def render(report: Report, fmt: str, width: int | None = None, view: str = "overhead") -> str:
+    if fmt == "table":
+        return render_table(report, width)
+    if fmt == "markdown":
+        return render_markdown(report)
+    if fmt == "csv":
+        return render_csv(report, view)
+    if fmt == "json":
+        return render_json(report)
+    if fmt == "html":
+        from dlinfra.report.html import render_html
+
+        return render_html(report)
+    from dlinfra.errors import DlinfraError
+
+    raise DlinfraError(f"unknown report format {fmt!r}", f"use one of {', '.join(FORMATS)}")

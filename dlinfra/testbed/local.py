@@ -1,0 +1,559 @@
+"""Create, inspect and remove a local testbed of SSH hosts in network namespaces.
+
+Why namespaces: they give each "host" its own address, hostname and sshd at
+almost no cost, so the whole bare-metal path (inventory -> Ansible -> fabric ->
+results) is exercised over real SSH on one machine.
+
+Everything ``up`` creates is written to a state file *before* it is created,
+so ``down`` removes exactly that (and nothing else), even after a crash half-way
+through ``up``. Both are idempotent. Needs root (netns, bridge, iptables).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dlinfra.errors import DlinfraError, TargetError
+
+DEFAULT_NAME = "dlinfra"
+#: /24s are tried from here upwards until one clashes with no route or address on this machine.
+DEFAULT_SUBNET_BASE = "10.213.47.0/24"
+SSHD = "/usr/sbin/sshd"
+
+#: Runs inside the new UTS namespace: set the hostname, then become sshd (argv only, no shell).
+_SETHOST = "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execv(sys.argv[2], sys.argv[2:])"
+
+
+def state_root() -> Path:
+    """``$DLINFRA_STATE``, else ``$XDG_STATE_HOME/dlinfra``, else ``~/.local/state/dlinfra``."""
+    explicit = os.environ.get("DLINFRA_STATE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "dlinfra"
+
+
+@dataclass
+class HostState:
+    name: str
+    netns: str
+    veth_host: str
+    veth_ns: str
+    address: str
+    home: str
+    cpus: str
+    sshd_config: str
+    sshd_pid: int | None = None
+
+
+@dataclass
+class TestbedState:
+    name: str
+    state_dir: str
+    bridge: str
+    subnet: str
+    gateway: str
+    created_utc: str
+    bridge_created: bool = False
+    gateway_added: bool = False
+    iptables_rules: list[list[str]] = field(default_factory=list)
+    hosts: list[HostState] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.state_dir) / "state.json"
+
+    @property
+    def inventory(self) -> Path:
+        return Path(self.state_dir) / "inventory.yml"
+
+    @property
+    def key(self) -> Path:
+        return Path(self.state_dir) / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return Path(self.state_dir) / "known_hosts"
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(self.path)
+
+    @classmethod
+    def load(cls, path: Path) -> TestbedState:
+        data = json.loads(path.read_text())
+        data["hosts"] = [HostState(**h) for h in data.get("hosts", [])]
+        return cls(**data)
+
+
+def _run(args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(args, capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise DlinfraError(f"'{' '.join(args)}' failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def _short_id(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()[:4]
+
+
+def _cpu_list() -> str:
+    cpus = sorted(os.sched_getaffinity(0))
+    return _format_cpus(cpus)
+
+
+def _format_cpus(cpus: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5' (the cpuset list format)."""
+    parts: list[str] = []
+    start = prev = None
+    for c in cpus:
+        if start is None:
+            start = prev = c
+        elif c == prev + 1:  # type: ignore[operator]
+            prev = c
+        else:
+            parts.append(f"{start}-{prev}" if start != prev else str(start))
+            start = prev = c
+    if start is not None:
+        parts.append(f"{start}-{prev}" if start != prev else str(start))
+    return ",".join(parts)
+
+
+def _used_networks() -> list[ipaddress.IPv4Network]:
+    """Every IPv4 network this machine routes or holds an address in."""
+    nets: list[ipaddress.IPv4Network] = []
+    routes = json.loads(_run(["ip", "-j", "-4", "route", "show", "table", "all"]).stdout or "[]")
+    for r in routes:
+        dst = r.get("dst")
+        if dst and dst != "default":
+            try:
+                nets.append(ipaddress.IPv4Network(dst, strict=False))
+            except ValueError:
+                continue
+    addrs = json.loads(_run(["ip", "-j", "-4", "addr"]).stdout or "[]")
+    for link in addrs:
+        for a in link.get("addr_info", []):
+            nets.append(ipaddress.IPv4Network(f"{a['local']}/{a['prefixlen']}", strict=False))
+    return nets
+
+
+def _pick_subnet(requested: str | None, taken_by_testbeds: list[str]) -> ipaddress.IPv4Network:
+    used = _used_networks() + [ipaddress.IPv4Network(s) for s in taken_by_testbeds]
+    if requested:
+        try:
+            net = ipaddress.IPv4Network(requested)
+        except ValueError as exc:
+            raise DlinfraError(f"--subnet {requested!r} is not an IPv4 network: {exc}") from None
+        if net.num_addresses < 8:
+            raise DlinfraError(f"--subnet {requested} is too small", "give a /24 or a /28 at most")
+        clash = next((u for u in used if u.overlaps(net)), None)
+        if clash:
+            raise DlinfraError(f"--subnet {requested} overlaps {clash}, already used on this machine", "pick another")
+        return net
+    base = ipaddress.IPv4Network(DEFAULT_SUBNET_BASE)
+    for step in range(0, 200):
+        net = ipaddress.IPv4Network((int(base.network_address) + step * 256, 24))
+        if not any(u.overlaps(net) for u in used):
+            return net
+    raise DlinfraError("no free /24 found for the testbed", "give one with --subnet")
+
+
+def _keygen(path: Path, comment: str) -> None:
+    if path.exists():
+        return
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
+
+
+def _pid_alive(pid: int | None, must_contain: str) -> bool:
+    """Is ``pid`` running *and* still the process we started (its cmdline names our config)?"""
+    if not pid:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return must_contain in cmdline
+
+
+def _netns_exists(name: str) -> bool:
+    return Path("/run/netns", name).exists()
+
+
+def _link_exists(name: str) -> bool:
+    return Path("/sys/class/net", name).exists()
+
+
+def _wait_port(address: str, port: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((address, port), timeout=0.3):
+                return True
+        except OSError:
+            time.sleep(0.03)
+    return False
+
+
+class LocalTestbed:
+    """One named local testbed; ``up``/``down``/``status`` plus host stop/start for failure tests."""
+
+    def __init__(self, name: str = DEFAULT_NAME) -> None:
+        if not name.replace("-", "").isalnum() or len(name) > 24:
+            raise DlinfraError(f"testbed name {name!r} is not valid", "use letters, digits and '-', at most 24")
+        self.name = name
+        self.dir = state_root() / "testbed" / name
+        self.state_file = self.dir / "state.json"
+
+    # -- reading ------------------------------------------------------------
+
+    def state(self) -> TestbedState | None:
+        if not self.state_file.exists():
+            return None
+        try:
+            return TestbedState.load(self.state_file)
+        except (OSError, ValueError, TypeError) as exc:
+            raise DlinfraError(
+                f"testbed state {self.state_file} is unreadable: {exc}", "remove the folder by hand"
+            ) from None
+
+    def status(self) -> dict[str, Any]:
+        """What exists, host by host: netns, sshd, SSH port answering."""
+        st = self.state()
+        if st is None:
+            return {"name": self.name, "up": False, "hosts": []}
+        hosts = []
+        for h in st.hosts:
+            sshd = _pid_alive(h.sshd_pid, h.sshd_config)
+            hosts.append(
+                {
+                    "name": h.name,
+                    "address": h.address,
+                    "netns": _netns_exists(h.netns),
+                    "sshd": sshd,
+                    "ssh": sshd and _wait_port(h.address, 22, 0.5),
+                }
+            )
+        return {
+            "name": st.name,
+            "up": bool(hosts) and all(h["ssh"] for h in hosts),
+            "bridge": st.bridge,
+            "subnet": st.subnet,
+            "inventory": str(st.inventory),
+            "hosts": hosts,
+        }
+
+    # -- up -----------------------------------------------------------------
+
+    def up(self, hosts: int, subnet: str | None = None, inventory_out: Path | None = None) -> TestbedState:
+        """Create ``hosts`` SSH hosts (or finish/restart an existing testbed of that size)."""
+        self._need_root()
+        if hosts < 1 or hosts > 60:
+            raise DlinfraError(f"--hosts {hosts} is out of range", "give 1 to 60")
+        for tool in ("ip", "ssh-keygen", SSHD, "unshare"):
+            if shutil.which(tool) is None:
+                raise DlinfraError(f"the program {tool} is missing", "install iproute2, openssh-server, util-linux")
+        st = self.state()
+        if st is not None and len(st.hosts) != hosts:
+            raise DlinfraError(
+                f"testbed {self.name} exists with {len(st.hosts)} hosts, not {hosts}",
+                f"run 'dlinfra testbed down --name {self.name}' first",
+            )
+        if st is None:
+            st = self._new_state(hosts, subnet)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        st.save()
+        try:
+            self._bring_up(st)
+        except BaseException:
+            st.save()
+            raise
+        st.save()
+        self._write_inventory(st, inventory_out)
+        return st
+
+    def _new_state(self, hosts: int, subnet: str | None) -> TestbedState:
+        others = [t.subnet for t in all_testbeds() if t.name != self.name]
+        net = _pick_subnet(subnet, others)
+        if hosts + 2 > net.num_addresses - 1:
+            raise DlinfraError(f"subnet {net} is too small for {hosts} hosts")
+        sid = _short_id(self.name)
+        bridge = "dlibr0" if self.name == DEFAULT_NAME else f"dlibr{sid}"
+        addrs = list(net.hosts())
+        cpus = _cpu_list()
+        st = TestbedState(
+            name=self.name,
+            state_dir=str(self.dir),
+            bridge=bridge,
+            subnet=str(net),
+            gateway=str(addrs[0]),
+            created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        for i in range(1, hosts + 1):
+            hname = f"{self.name}-h{i}"
+            hdir = self.dir / "hosts" / hname
+            st.hosts.append(
+                HostState(
+                    name=hname,
+                    netns=f"dli-{self.name}-h{i}",
+                    veth_host=f"dl{sid}h{i}",
+                    veth_ns=f"dl{sid}n{i}",
+                    address=str(addrs[i]),
+                    home=str(hdir / "home"),
+                    cpus=cpus,
+                    sshd_config=str(hdir / "sshd_config"),
+                )
+            )
+        return st
+
+    def _bring_up(self, st: TestbedState) -> None:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation folder
+        _keygen(st.key, f"dlinfra-testbed-{st.name}")
+        (Path(st.state_dir) / "authorized_keys").write_text(Path(f"{st.key}.pub").read_text())
+        os.chmod(Path(st.state_dir) / "authorized_keys", 0o600)
+        prefix = ipaddress.IPv4Network(st.subnet).prefixlen
+        if _link_exists(st.bridge) and not st.bridge_created:
+            raise DlinfraError(
+                f"network bridge {st.bridge} exists but was not made by testbed {st.name}",
+                "remove it, or use another --name",
+            )
+        if not _link_exists(st.bridge):
+            st.bridge_created = True
+            st.save()
+            _run(["ip", "link", "add", st.bridge, "type", "bridge"])
+        if st.bridge_created and not st.gateway_added:
+            st.gateway_added = True
+            st.save()
+            _run(["ip", "addr", "add", f"{st.gateway}/{prefix}", "dev", st.bridge])
+        _run(["ip", "link", "set", st.bridge, "up"])
+        self._add_iptables(st)
+        known: list[str] = []
+        for h in st.hosts:
+            self._host_up(st, h, prefix)
+            pub = Path(h.sshd_config).parent / "ssh_host_ed25519_key.pub"
+            keytype, keydata = pub.read_text().split()[:2]
+            known.append(f"{h.address} {keytype} {keydata}")
+        st.known_hosts.write_text("\n".join(known) + "\n")
+        for h in st.hosts:
+            if not _wait_port(h.address, 22, 10):
+                log = Path(h.sshd_config).parent / "sshd.log"
+                tail = log.read_text()[-500:] if log.exists() else ""
+                raise TargetError(f"testbed host {h.name} ({h.address}): sshd did not start: {tail.strip()}")
+
+    def _add_iptables(self, st: TestbedState) -> None:
+        """Docker sets FORWARD to DROP: let this bridge's traffic through (and remember the exact rules)."""
+        if shutil.which("iptables") is None:
+            return
+        comment = f"dlinfra-testbed:{st.name}"
+        for direction in ("-i", "-o"):
+            rule = ["FORWARD", direction, st.bridge, "-m", "comment", "--comment", comment, "-j", "ACCEPT"]
+            if rule not in st.iptables_rules:
+                st.iptables_rules.append(rule)
+                st.save()
+            if _run(["iptables", "-w", "-C", *rule], check=False).returncode != 0:
+                _run(["iptables", "-w", "-I", rule[0], "1", *rule[1:]])
+
+    def _host_up(self, st: TestbedState, h: HostState, prefix: int) -> None:
+        hdir = Path(h.sshd_config).parent
+        hdir.mkdir(parents=True, exist_ok=True)
+        Path(h.home).mkdir(parents=True, exist_ok=True)
+        _keygen(hdir / "ssh_host_ed25519_key", h.name)
+        if not _netns_exists(h.netns):
+            _run(["ip", "netns", "add", h.netns])
+        if not _link_exists(h.veth_host):
+            _run(["ip", "link", "add", h.veth_host, "type", "veth", "peer", "name", h.veth_ns, "netns", h.netns])
+            _run(["ip", "link", "set", h.veth_host, "master", st.bridge, "up"])
+            ns = ["ip", "-n", h.netns]
+            _run([*ns, "addr", "add", f"{h.address}/{prefix}", "dev", h.veth_ns])
+            _run([*ns, "link", "set", h.veth_ns, "up"])
+            _run([*ns, "link", "set", "lo", "up"])
+            _run([*ns, "route", "add", "default", "via", st.gateway], check=False)
+        Path(h.sshd_config).write_text(_sshd_config(st, h))
+        if not _pid_alive(h.sshd_pid, h.sshd_config):
+            self._start_sshd(st, h)
+
+    def _start_sshd(self, st: TestbedState, h: HostState) -> None:
+        log = Path(h.sshd_config).parent / "sshd.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                ["ip", "netns", "exec", h.netns, "unshare", "--uts", "--",
+                 sys.executable, "-c", _SETHOST, h.name, SSHD, "-D", "-e", "-f", h.sshd_config],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+            )  # fmt: skip
+        h.sshd_pid = proc.pid  # ip, unshare and python exec in turn: this pid becomes sshd's
+        st.save()
+
+    def _write_inventory(self, st: TestbedState, inventory_out: Path | None) -> None:
+        text = render_inventory(st)
+        st.inventory.write_text(text)
+        if inventory_out is not None:
+            inventory_out.parent.mkdir(parents=True, exist_ok=True)
+            inventory_out.write_text(text)
+
+    # -- host failure simulation -------------------------------------------
+
+    def _host(self, name: str) -> tuple[TestbedState, HostState]:
+        st = self.state()
+        if st is None:
+            raise DlinfraError(f"testbed {self.name} is not up", "run 'dlinfra testbed up --local' first")
+        for h in st.hosts:
+            if h.name == name:
+                return st, h
+        raise DlinfraError(f"testbed {self.name} has no host {name!r}", f"hosts: {', '.join(x.name for x in st.hosts)}")
+
+    def stop_host(self, name: str) -> None:
+        """Make a host "die": kill every process in its namespace (sshd, sessions, payload)."""
+        self._need_root()
+        _st, h = self._host(name)
+        _kill_netns(h.netns)
+
+    def start_host(self, name: str) -> None:
+        """Bring a stopped host's sshd back."""
+        self._need_root()
+        st, h = self._host(name)
+        if not _pid_alive(h.sshd_pid, h.sshd_config):
+            self._start_sshd(st, h)
+        if not _wait_port(h.address, 22, 10):
+            raise TargetError(f"testbed host {h.name} ({h.address}): sshd did not come back")
+
+    # -- down ---------------------------------------------------------------
+
+    def down(self) -> bool:
+        """Remove exactly what ``up`` made; returns False when there was nothing to remove."""
+        st = self.state()
+        if st is None:
+            return False
+        self._need_root()
+        for h in st.hosts:
+            if _pid_alive(h.sshd_pid, h.sshd_config):
+                os.kill(h.sshd_pid, signal.SIGTERM)  # type: ignore[arg-type]
+            if _netns_exists(h.netns):
+                _kill_netns(h.netns)
+                _run(["ip", "netns", "del", h.netns], check=False)
+            if _link_exists(h.veth_host):
+                _run(["ip", "link", "del", h.veth_host], check=False)
+        for rule in st.iptables_rules:
+            while _run(["iptables", "-w", "-C", *rule], check=False).returncode == 0:
+                _run(["iptables", "-w", "-D", *rule], check=False)
+        if st.bridge_created and _link_exists(st.bridge):
+            _run(["ip", "link", "del", st.bridge], check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return True
+
+    @staticmethod
+    def _need_root() -> None:
+        if os.geteuid() != 0:
+            raise DlinfraError(
+                "the local testbed needs root (network namespaces, a bridge, iptables)", "run it with sudo"
+            )
+
+
+def _kill_netns(netns: str) -> None:
+    """SIGKILL every process inside ``netns`` (only processes in *our* namespace, by pid)."""
+    if not _netns_exists(netns):
+        return
+    for _ in range(20):
+        pids = [int(p) for p in _run(["ip", "netns", "pids", netns], check=False).stdout.split()]
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+
+
+def _sshd_config(st: TestbedState, h: HostState) -> str:
+    hdir = Path(h.sshd_config).parent
+    return "\n".join(
+        [
+            "# Written by dlinfra testbed; one sshd per namespace host.",
+            f"ListenAddress {h.address}",
+            "Port 22",
+            f"HostKey {hdir / 'ssh_host_ed25519_key'}",
+            f"PidFile {hdir / 'sshd.pid'}",
+            f"AuthorizedKeysFile {Path(st.state_dir) / 'authorized_keys'}",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "PermitRootLogin prohibit-password",
+            "UsePAM no",
+            "StrictModes yes",
+            "X11Forwarding no",
+            "AllowTcpForwarding no",
+            "PrintMotd no",
+            "MaxStartups 64:30:128",
+            "MaxSessions 64",
+            "LogLevel ERROR",
+            "Subsystem sftp internal-sftp",
+            "",
+        ]
+    )
+
+
+def render_inventory(st: TestbedState) -> str:
+    """The Ansible inventory for a testbed: YAML with the dlinfra host variables filled in."""
+    python = os.path.realpath(sys.executable)
+    hosts: dict[str, Any] = {}
+    for h in st.hosts:
+        hosts[h.name] = {
+            "ansible_host": h.address,
+            "dlinfra_home": h.home,
+            "dlinfra_cpus": h.cpus,
+            "dlinfra_netns": h.netns,
+        }
+    inventory = {
+        "all": {
+            "vars": {
+                "ansible_user": "root",
+                "ansible_port": 22,
+                "ansible_ssh_private_key_file": str(st.key),
+                "ansible_ssh_common_args": f"-o UserKnownHostsFile={st.known_hosts} -o StrictHostKeyChecking=yes",
+                "ansible_python_interpreter": python,
+                "dlinfra_python": python,
+                "dlinfra_known_hosts": str(st.known_hosts),
+                "dlinfra_layers": ["bm"],
+            },
+            "children": {f"testbed_{st.name.replace('-', '_')}": {"hosts": hosts}},
+        }
+    }
+    header = f"# Local testbed {st.name!r}, written by 'dlinfra testbed up'. Removed by 'dlinfra testbed down'.\n"
+    return header + yaml.safe_dump(inventory, sort_keys=False)
+
+
+def all_testbeds() -> list[TestbedState]:
+    """Every testbed with a state file on this machine (for subnet choice and status)."""
+    found = []
+    root = state_root() / "testbed"
+    if root.is_dir():
+        for path in sorted(root.glob("*/state.json")):
+            try:
+                found.append(TestbedState.load(path))
+            except (OSError, ValueError, TypeError):
+                continue
+    return found
+
+
+def testbed_inventory(name: str) -> Path:
+    """The inventory of a running testbed, for ``inventory: testbed:NAME`` in a spec."""
+    tb = LocalTestbed(name)
+    st = tb.state()
+    if st is None or not st.inventory.exists():
+        raise DlinfraError(f"local testbed {name!r} is not up", f"run 'dlinfra testbed up --local --name {name}'")
+    return st.inventory

@@ -1,0 +1,145 @@
+"""A container "on host X" of the local testbed really is in X's network (its address, its routes).
+
+The test makes its own small "host": a network namespace with a veth to this
+machine (what the testbed does, minus sshd), then checks both ways of putting
+containers in it: a dockerd started inside the namespace, and podman joining it
+with ``--network ns:``. It also ships the image there with save/load (no registry),
+and stops that dockerd to check the "engine stopped" message names the host.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from support import need, need_binary
+
+from dlinfra.errors import TargetError
+from dlinfra.providers.containers import daemons
+from dlinfra.providers.containers.engine import Engine
+from dlinfra.providers.containers.image import ship_image
+from dlinfra.providers.containers.run import ContainerSpec, NetworkMode, Resources, remove_run, run_container
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+ADDRS = (
+    "import json, socket, psutil; print(json.dumps(sorted(a.address for v in psutil.net_if_addrs().values()"
+    " for a in v if a.family == socket.AF_INET)))"
+)
+
+
+@dataclass
+class FakeHost:
+    netns: str
+    address: str
+    peer: str
+
+
+def _sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), capture_output=True, text=True, check=check)
+
+
+def _free_subnet() -> ipaddress.IPv4Network:
+    used = _sh("ip", "-4", "-o", "addr").stdout + _sh("ip", "-4", "route").stdout
+    for third in range(10, 250):
+        net = ipaddress.IPv4Network(f"198.18.{third}.0/30")
+        if f"198.18.{third}." not in used:
+            return net
+    pytest.skip("no free 198.18.x.0/30 on this machine")
+
+
+@pytest.fixture(scope="module")
+def fake_host() -> Iterator[FakeHost]:
+    need(os.geteuid() == 0, "root (network namespaces)")
+    need_binary("ip")
+    tag = secrets.token_hex(3)
+    ns, outside, inside = f"dlxc{tag}", f"dlxc{tag}a", f"dlxc{tag}b"
+    net = _free_subnet()
+    a, b = (str(h) for h in net.hosts())
+    _sh("ip", "netns", "add", ns)
+    try:
+        _sh("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
+        _sh("ip", "link", "set", inside, "netns", ns)
+        _sh("ip", "addr", "add", f"{a}/30", "dev", outside)
+        _sh("ip", "link", "set", outside, "up")
+        _sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{b}/30", "dev", inside)
+        _sh("ip", "netns", "exec", ns, "ip", "link", "set", inside, "up")
+        _sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        yield FakeHost(ns, b, a)
+    finally:
+        _sh("ip", "link", "del", outside, check=False)
+        _sh("ip", "netns", "del", ns, check=False)
+
+
+@pytest.fixture(scope="module")
+def short_state_dirs() -> Iterator[None]:
+    """Per-namespace dockerd state in a private temp folder (short: unix socket paths are limited)."""
+    folder = tempfile.mkdtemp(prefix="dlx")
+    saved = {k: os.environ.get(k) for k in ("DLINFRA_DOCKERD_RUN", "DLINFRA_DOCKERD_LIB")}
+    os.environ["DLINFRA_DOCKERD_RUN"] = f"{folder}/r"
+    os.environ["DLINFRA_DOCKERD_LIB"] = f"{folder}/l"
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_docker_container_on_a_testbed_host_is_in_its_network(
+    fake_host: FakeHost, short_state_dirs: None, docker: Engine, docker_tiny, run_id: str
+) -> None:
+    engine = daemons.ensure_dockerd(fake_host.netns, host="tb-host1")
+    try:
+        assert daemons.ensure_dockerd(fake_host.netns, host="tb-host1") == engine  # idempotent: reused
+        loaded = ship_image(docker, docker_tiny.tag, [engine])
+        assert loaded == [engine]  # shipped without a registry: save here, load there
+        assert ship_image(docker, docker_tiny.tag, [engine]) == []  # second time: nothing to do
+        name = f"dlinfra-{run_id}-tb"
+        run_container(
+            engine,
+            ContainerSpec(name, docker_tiny.tag, run_id, NetworkMode.parse(f"netns:{fake_host.netns}"), Resources()),
+        )
+        addrs = json.loads(engine.run("exec", name, "python", "-c", ADDRS).stdout)
+        assert fake_host.address in addrs and "192.0.2.2" not in addrs
+        # Its routes are the host's: a TCP connect to the peer on the veth gets an answer (refused).
+        probe = f"import socket; s = socket.socket(); s.settimeout(3); print(s.connect_ex(('{fake_host.peer}', 9)))"
+        code = int(engine.run("exec", name, "python", "-c", probe).stdout.strip())
+        assert code in (0, 111)  # refused = reached the peer (nothing listens on port 9); not unreachable
+        # A bridge network there is a bridge inside X, NATed out through X's address.
+        bridged = f"dlinfra-{run_id}-tbb"
+        run_container(engine, ContainerSpec(bridged, docker_tiny.tag, run_id, NetworkMode("bridge")))
+        code = int(engine.run("exec", bridged, "python", "-c", probe).stdout.strip())
+        assert code in (0, 111)
+        removed = remove_run(engine, run_id, images=[docker_tiny.tag])
+        assert sorted(removed["containers"]) == [name, bridged] and removed["images"] == [docker_tiny.tag]
+        assert engine.run("ps", "-aq").stdout.strip() == ""
+        assert not engine.exists("image", docker_tiny.tag)
+    finally:
+        remove_run(engine, run_id)
+        daemons.stop_dockerd(fake_host.netns)
+    with pytest.raises(TargetError) as err:
+        engine.check_available()
+    assert str(err.value).startswith("host tb-host1: docker is installed but dockerd is not running")
+
+
+def test_podman_container_joins_the_testbed_host_namespace(
+    fake_host: FakeHost, podman: Engine, podman_tiny, run_id: str
+) -> None:
+    engine = Engine("podman", host="tb-host1", netns=fake_host.netns)
+    name = f"dlinfra-{run_id}-tbp"
+    mode = NetworkMode.parse(f"netns:{fake_host.netns}")
+    run_container(engine, ContainerSpec(name, podman_tiny.tag, run_id, mode, Resources(cpuset="0")))
+    addrs = json.loads(engine.run("exec", name, "python", "-c", ADDRS).stdout)
+    assert fake_host.address in addrs and "192.0.2.2" not in addrs
+    remove_run(engine, run_id)
+    assert name not in engine.run("ps", "-a", "--format", "{{.Names}}").stdout

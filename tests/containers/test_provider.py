@@ -1,0 +1,138 @@
+"""ContainerProvider on a real local testbed (2 namespace hosts with sshd): targets, exec over the host's SSH,
+containers in their host's network, a pair across hosts, and a teardown that leaves nothing of the run.
+
+Uses the small image (psutil + dlinfra) to keep save/load into each host's dockerd quick; the payload hash
+against bm with the full TensorFlow image is test_identity's job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import need, need_binary
+
+from dlinfra.providers.base import LayerSpec, Target
+from dlinfra.providers.containers.engine import Engine
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+ADDRS = (
+    "import json, socket, psutil; print(json.dumps(sorted(a.address for v in psutil.net_if_addrs().values()"
+    " for a in v if a.family == socket.AF_INET)))"
+)
+
+CPUS = "import os, json; print(json.dumps(sorted(os.sched_getaffinity(0))))"
+
+
+@pytest.fixture(scope="module")
+def testbed() -> Iterator[tuple[list, Path]]:
+    need(os.geteuid() == 0, "root (local testbed)")
+    need_binary("sshd")
+    from dlinfra.inventory import load_inventory
+    from dlinfra.testbed.local import LocalTestbed
+
+    # Not under /tmp: sshd's StrictModes refuses keys below a world-writable folder.
+    state = Path.home() / ".local" / "state" / f"dlinfra-ctrtest-{secrets.token_hex(3)}"
+    short = tempfile.mkdtemp(prefix="dlx")  # per-host dockerd state; short because socket paths are limited
+    env = {"DLINFRA_STATE": str(state), "DLINFRA_DOCKERD_RUN": f"{short}/r", "DLINFRA_DOCKERD_LIB": f"{short}/l"}
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    bed = LocalTestbed(f"ctr{secrets.token_hex(2)}")
+    try:
+        st = bed.up(2)
+        hosts = load_inventory(st.inventory)
+        for host in hosts:  # the testbed offers bm only; these hosts carry containers too
+            host.vars["dlinfra_layers"] = ["bm", "ctr"]
+        yield hosts, st.inventory
+    finally:
+        bed.down()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(short, ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _ssh_exec(target: Target, argv: list[str]) -> str:
+    """What the run engine does: SSH to the target's host, run exec_prefix + argv there."""
+    from dlinfra.orchestration.ssh import connect, remote_command
+
+    conn = connect(target)
+    try:
+        result = conn.run(remote_command([*target.facts["exec_prefix"], *argv]), hide=True, warn=True)
+    finally:
+        conn.close()
+    assert result.exited == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize("kind", ["docker", "podman"])
+def test_provider_up_exec_pair_and_down(kind: str, testbed, tiny_wheelhouse: Path, request) -> None:
+    from dlinfra.providers.containers.provider import ContainerProvider
+
+    local: Engine = request.getfixturevalue(kind)
+    hosts, inventory = testbed
+    run_id = f"p{secrets.token_hex(3)}"
+    opts = {"engine": kind, "network": "host", "placement": "spread", "run_id": run_id, "wheelhouse": tiny_wheelhouse}
+    provider = ContainerProvider()
+    try:
+        targets = provider.up(LayerSpec("ctr", hosts, inventory, options=opts))
+        assert provider.up(LayerSpec("ctr", hosts, inventory, options=opts)) is targets  # idempotent
+        assert [t.physical_host for t in targets] == [h.name for h in hosts]
+        for target, host in zip(targets, hosts, strict=True):
+            assert target.layer == "ctr" and target.python == "/opt/dlinfra/venv/bin/python"
+            addrs = json.loads(_ssh_exec(target, [target.python, "-c", ADDRS]))
+            assert host.address in addrs  # in its host's network, not this machine's
+            assert all(h.address not in addrs for h in hosts if h is not host)
+            cpus = json.loads(_ssh_exec(target, [target.python, "-c", CPUS]))
+            assert cpus == target.cpu_set == host.cpus
+            # The runs folder inside is the host folder the engine can fetch from.
+            _ssh_exec(target, ["touch", f"{target.runs_dir}/probe"])
+            assert (Path(target.facts["host_runs_dir"]) / "probe").exists()
+        # A pair across hosts: a server in host 1's container, a client in host 2's, over host networking.
+        serve = "import socket; s = socket.create_server(('0.0.0.0', 23100)); c, _ = s.accept(); c.sendall(b'pong')"
+        local_engine = _engine_of(provider, hosts[0].name)
+        local_engine.run("exec", "--detach", targets[0].name, targets[0].python, "-c", serve)
+        ask = (
+            "import socket, sys, time\n"
+            "for _ in range(50):\n"
+            "    try:\n"
+            "        c = socket.create_connection((sys.argv[1], 23100), timeout=2); break\n"
+            "    except OSError: time.sleep(0.1)\n"
+            "print(c.recv(8).decode())"
+        )
+        assert _ssh_exec(targets[1], [targets[1].python, "-c", ask, targets[0].facts["peer_address"]]).strip() == "pong"
+        engines = [he.engine for he in provider.hosts]
+    finally:
+        provider.down()
+    for engine in engines:
+        if engine.kind == "docker" and engine.netns:
+            # provider.down stopped the per-host dockerd it started: restart it to look inside
+            from dlinfra.providers.containers.daemons import ensure_dockerd, stop_dockerd
+
+            engine = ensure_dockerd(engine.netns, host=engine.host)
+        assert run_id not in engine.run("ps", "-a", "--format", "{{.Names}}").stdout
+        assert run_id not in engine.run("network", "ls", "--format", "{{.Name}}").stdout
+        if engine.kind == "docker":
+            assert engine.run("images", "-q").stdout.strip() == ""  # the image it loaded is gone too
+            stop_dockerd(engine.netns)
+    assert local.exists("image", provider_image_tag(tiny_wheelhouse))  # the controller's build cache stays
+
+
+def _engine_of(provider, host: str) -> Engine:
+    return next(he.engine for he in provider.hosts if he.host == host)
+
+
+def provider_image_tag(wheelhouse: Path) -> str:
+    import hashlib
+
+    return f"dlinfra-payload:{hashlib.sha256((wheelhouse / 'requirements.lock').read_bytes()).hexdigest()[:16]}"

@@ -1,0 +1,127 @@
+"""Pure logic of the container layer: placements, CPU sets, network modes, argv, locks (no daemon needed)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.providers.containers.engine import Engine
+from dlinfra.providers.containers.image import split_lock
+from dlinfra.providers.containers.run import (
+    ContainerSpec,
+    NetworkMode,
+    Process,
+    Resources,
+    create_args,
+    format_cpuset,
+    gpu_args,
+    network_args,
+    parse_cpuset,
+    plan_containers,
+)
+
+
+def test_cpuset_round_trip() -> None:
+    assert parse_cpuset("0-2,5") == {0, 1, 2, 5}
+    assert format_cpuset({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
+    with pytest.raises(DlinfraError, match="host h1: cpuset 'a-b' is not a CPU list"):
+        parse_cpuset("a-b", host="h1")
+
+
+def test_spread_is_one_container_per_process_and_pack_one_per_host() -> None:
+    procs = [Process("ps", 0, "h1", "0"), Process("worker", 0, "h1", "1"), Process("worker", 1, "h2", "0-1")]
+    spread = plan_containers("spread", procs, "r1")
+    assert [(p.host, p.cpuset, len(p.processes)) for p in spread] == [("h1", "0", 1), ("h1", "1", 1), ("h2", "0-1", 1)]
+    pack = plan_containers("pack", procs, "r1")
+    assert [(p.host, p.cpuset, len(p.processes)) for p in pack] == [("h1", "0-1", 2), ("h2", "0-1", 1)]
+
+
+def test_pack_refuses_overlapping_cpu_sets() -> None:
+    procs = [Process("worker", 0, "h1", "0-1"), Process("worker", 1, "h1", "1")]
+    with pytest.raises(DlinfraError, match="host h1: pack needs disjoint CPU sets; worker1 shares 1"):
+        plan_containers("pack", procs, "r1")
+    with pytest.raises(DlinfraError, match="placement 'scatter' is not known"):
+        plan_containers("scatter", procs, "r1")
+
+
+def test_network_modes() -> None:
+    assert NetworkMode.parse("host") == NetworkMode("host")
+    assert NetworkMode.parse("bridge") == NetworkMode("bridge")
+    assert NetworkMode.parse("netns:h1") == NetworkMode("netns", "/run/netns/h1")
+    with pytest.raises(DlinfraError, match="'overlay' is not a container network mode"):
+        NetworkMode.parse("overlay")
+    podman = Engine("podman", host="h1")
+    assert network_args(podman, NetworkMode.parse("netns:h1"), "r") == ["--network", "ns:/run/netns/h1"]
+    assert network_args(Engine("docker", netns="h1"), NetworkMode.parse("netns:h1"), "r") == ["--network", "host"]
+    with pytest.raises(TargetError, match="docker cannot join network namespace"):
+        network_args(Engine("docker", host="h2"), NetworkMode.parse("netns:h1"), "r")
+    assert network_args(podman, NetworkMode.parse("bridge"), "r9") == ["--network", "dlinfra-r9"]
+
+
+def test_create_args_are_an_argument_list_with_limits_and_no_privilege() -> None:
+    spec = ContainerSpec(
+        name="c1",
+        image="img:1",
+        run_id="r1",
+        network=NetworkMode("bridge"),
+        resources=Resources(cpuset="0-1", cpus=1.5, memory_bytes=512 * 2**20),
+        env={"A": "x; rm -rf /"},
+    )
+    args = create_args(Engine("podman"), spec)
+    pairs = set(itertools.pairwise(args))
+    assert "--privileged" not in args
+    for flag, value in [
+        ("--cpuset-cpus", "0-1"),
+        ("--cpus", "1.5"),
+        ("--memory", str(512 * 2**20)),
+        ("--label", "dlinfra.run=r1"),
+        ("--cap-drop", "ALL"),
+        ("--env", "A=x; rm -rf /"),
+        ("--ulimit", "nofile=20000:20000"),
+    ]:
+        assert (flag, value) in pairs
+    assert "--read-only" in args
+    assert args[-3:] == ["img:1", "sleep", "infinity"]
+
+
+def test_bad_resource_values_name_host_and_field() -> None:
+    with pytest.raises(DlinfraError, match="host h1: cpus \\(CPU quota\\) -1"):
+        Resources(cpus=-1).validate("h1")
+    with pytest.raises(DlinfraError, match="host h1: memory limit 10 bytes"):
+        Resources(memory_bytes=10).validate("h1")
+    with pytest.raises(DlinfraError, match="host h1: gpus 'many'"):
+        Resources(gpus="many").validate("h1")
+
+
+def test_gpus_asked_for_and_absent_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("dlinfra.providers.containers.run.nvidia_devices", lambda engine: [])
+    with pytest.raises(TargetError, match=r"docker on h1: GPUs were requested .* no /dev/nvidia"):
+        gpu_args(Engine("docker", host="h1"), "all")
+    monkeypatch.setattr(
+        "dlinfra.providers.containers.run.nvidia_devices",
+        lambda engine: ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"],
+    )
+    args = gpu_args(Engine("podman", host="h1"), "1", toolkit=False)
+    assert args == ["--device", "/dev/nvidia1", "--device", "/dev/nvidiactl", "--device", "/dev/nvidia-uvm"]
+    assert gpu_args(Engine("docker", host="h1"), "0,1", toolkit=True) == ["--gpus", "device=0,1"]
+
+
+def test_split_lock_separates_dlinfra_from_third_party() -> None:
+    text = (
+        "# lock\nnumpy==2.4.6 --hash=sha256:aa\n"
+        "psutil==7.2.2 \\\n    --hash=sha256:bb\ndlinfra==0.1.0 --hash=sha256:cc\n"
+    )
+    deps, own = split_lock(text)
+    assert deps == ["numpy==2.4.6 --hash=sha256:aa", "psutil==7.2.2      --hash=sha256:bb"]
+    assert own == ["dlinfra==0.1.0 --hash=sha256:cc"]
+
+
+def test_ssh_engine_quotes_every_argument() -> None:
+    engine = Engine("docker", host="h1", via=("ssh", "root@h1"))
+    argv = engine.argv("run", "--env", "A=$(reboot)")
+    assert argv == ["ssh", "root@h1", "docker run --env 'A=$(reboot)'"]
+    assert Engine("podman").exec_argv("c1", ["python", "-V"]) == [
+        "podman", "--runtime", "runc", "exec", "-i", "c1", "python", "-V",
+    ]  # fmt: skip

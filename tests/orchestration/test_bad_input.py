@@ -1,0 +1,82 @@
+"""Bad specs and inventories: one clear line naming file, line, field or host; exit non-zero; no traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support import run_cli
+
+GOOD = """\
+name: t
+inventory: {inventory}
+steps: 5
+workloads:
+  - name: mnist-dnn
+    matrix: {{mode: [single]}}
+"""
+
+
+@pytest.fixture
+def inventory(tmp_path: Path) -> Path:
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    node1:\n      ansible_host: 127.0.0.1\n")
+    return inv
+
+
+def _run(tmp_path: Path, spec_text: str, *extra: str) -> tuple[int, str]:
+    spec = tmp_path / "spec.yml"
+    spec.write_text(spec_text)
+    proc = run_cli("--db", str(tmp_path / "r.db"), "run", str(spec), *extra, timeout=120)
+    assert "Traceback" not in proc.stderr
+    return proc.returncode, proc.stderr.strip()
+
+
+def test_spec_typo_names_file_line_and_field(tmp_path: Path, inventory: Path) -> None:
+    text = GOOD.format(inventory=inventory).replace("steps: 5", "step: 5")
+    code, err = _run(tmp_path, text)
+    assert code == 2
+    assert err.count("\n") == 0
+    assert "spec.yml:3:" in err and "unknown field 'step'" in err and "did you mean 'steps'" in err
+
+
+def test_matrix_typo_and_bad_value(tmp_path: Path, inventory: Path) -> None:
+    code, err = _run(tmp_path, GOOD.format(inventory=inventory).replace("{mode: [single]}", "{mdoe: [single]}"))
+    assert code == 2 and "spec.yml:6:" in err and "unknown field 'mdoe'" in err and "'mode'" in err
+    code, err = _run(tmp_path, GOOD.format(inventory=inventory).replace("steps: 5", "steps: -1"))
+    assert code == 2 and "spec.yml:3: steps: must be an integer >= 1" in err
+
+
+def test_unknown_workload(tmp_path: Path, inventory: Path) -> None:
+    code, err = _run(tmp_path, GOOD.format(inventory=inventory).replace("mnist-dnn", "mnist-cnn"))
+    assert code == 2 and "spec.yml:5:" in err and "unknown workload 'mnist-cnn'" in err and "mnist-dnn" in err
+
+
+def test_unresolvable_host_is_named(tmp_path: Path) -> None:
+    inv = tmp_path / "bad.yml"
+    inv.write_text("all:\n  hosts:\n    ghost:\n      ansible_host: ghost.invalid\n")
+    code, err = _run(tmp_path, GOOD.format(inventory=inv))
+    assert code == 2 and "host ghost" in err and "does not resolve" in err and "bad.yml" in err
+
+
+def test_unknown_dlinfra_host_variable(tmp_path: Path) -> None:
+    inv = tmp_path / "vars.ini"
+    inv.write_text("[gpu]\nnode7 ansible_host=127.0.0.1 dlinfra_cpu=0-3\n")
+    code, err = _run(tmp_path, GOOD.format(inventory=inv))
+    assert code == 2 and "host node7" in err and "unknown variable dlinfra_cpu" in err
+
+
+def test_unreachable_host_is_named(tmp_path: Path) -> None:
+    inv = tmp_path / "down.yml"
+    inv.write_text("all:\n  hosts:\n    sleeper:\n      ansible_host: 127.0.0.1\n      ansible_port: 1\n")
+    code, err = _run(tmp_path, GOOD.format(inventory=inv))
+    assert code == 2 and "host sleeper" in err and "unreachable" in err
+
+
+def test_missing_spec_and_inventory(tmp_path: Path) -> None:
+    proc = run_cli("--db", str(tmp_path / "r.db"), "run", str(tmp_path / "nope.yml"))
+    assert proc.returncode == 2 and "nope.yml does not exist" in proc.stderr
+    code, err = _run(tmp_path, GOOD.format(inventory=tmp_path / "none.yml"))
+    assert code == 2 and "none.yml does not exist" in err
+    code, err = _run(tmp_path, GOOD.format(inventory="testbed:nosuchbed"))
+    assert code == 2 and "testbed 'nosuchbed' is not up" in err

@@ -1,0 +1,200 @@
+"""The bm layer end to end on a real testbed: deploy, the demo campaign, a host dying, --resume.
+
+Real SSH (sshd per namespace), real Ansible (ansible-runner), real fabric, real TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import REPO, run_cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+INVENTORY = "testbed:dlit"
+
+
+def _rows(db: Path, sql: str, *params: object) -> list[sqlite3.Row]:
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def _uts_hostname(pid: int) -> str:
+    """The hostname inside the UTS namespace of ``pid`` (the host's sshd)."""
+    out = subprocess.run(["nsenter", "-t", str(pid), "-u", "hostname"], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def _netns_addresses(netns: str) -> set[str]:
+    out = subprocess.run(["ip", "-n", netns, "-j", "-4", "addr"], capture_output=True, text=True, check=True)
+    return {a["local"] for link in json.loads(out.stdout) for a in link.get("addr_info", [])}
+
+
+def test_deploy_installs_the_same_payload_everywhere(deployed) -> None:
+    result = deployed.result
+    assert result.playbook.ok
+    hashes = {ident["payload_hash"] for ident in result.identities.values()}
+    assert hashes == {result.payload_hash}
+    assert set(result.identities) == {t.name for t in deployed.targets}
+    for ident in result.identities.values():
+        assert ident["tf_version"].startswith("2.")
+    # Artifacts are kept, with no private key in them.
+    art = result.playbook.artifacts
+    assert art is not None and art.exists()
+    for f in art.rglob("*"):
+        if f.is_file():
+            assert "PRIVATE KEY-----" not in f.read_text(errors="replace")
+
+
+def test_redeploy_changes_nothing(deployed, tmp_path: Path) -> None:
+    from dlinfra.orchestration.deploy import deploy
+
+    again = deploy(deployed.targets, artifacts_dir=tmp_path, quiet=True)
+    assert again.changed == 0, {h: s.changed for h, s in again.playbook.hosts.items()}
+    assert all(s.success and s.changed == 0 for s in again.playbook.hosts.values())
+    assert again.payload_hash == deployed.result.payload_hash
+
+
+def test_demo_campaign_rows_name_the_real_host(deployed, tmp_path: Path) -> None:
+    db = tmp_path / "demo.db"
+    started = time.monotonic()
+    proc = run_cli(
+        "--db", str(db), "run", "campaigns/demo.yml", "--inventory", INVENTORY,
+        "--campaign-id", "demo-it", "--artifacts", str(tmp_path / "art"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "changed=0" in proc.stderr  # the session fixture deployed already
+    assert time.monotonic() - started < 420
+    cells = _rows(db, "SELECT * FROM cells WHERE campaign_id = 'demo-it'")
+    assert len(cells) == 4 and all(c["status"] == "ok" for c in cells)
+    runs = _rows(db, "SELECT * FROM runs WHERE campaign_id = 'demo-it'")
+    # 2 single mnist + chief/ps/2 workers + 1 sysbench
+    assert len(runs) == 7
+    by_address = {h.address: h for h in deployed.bed.state.hosts}
+    for r in runs:
+        host = by_address[r["target_address"]]
+        assert r["physical_host"] == host.name
+        assert r["hostname"] == host.name == _uts_hostname(host.sshd_pid)
+        assert r["target_address"] in _netns_addresses(host.netns)
+        assert r["layer"] == "bm" and r["status"] == "ok"
+    assert {r["payload_hash"] for r in runs} == {deployed.result.payload_hash}
+    roles = sorted((r["role"], r["task_index"]) for r in runs if r["mode"] == "ps-async")
+    assert roles == [("chief", 0), ("ps", 0), ("worker", 0), ("worker", 1)]
+    dist_hosts = {r["physical_host"] for r in runs if r["mode"] == "ps-async"}
+    assert len(dist_hosts) == 3
+    single_hosts = sorted(r["physical_host"] for r in runs if r["workload"] == "mnist-dnn" and r["mode"] == "single")
+    assert single_hosts == [h.name for h in deployed.bed.state.hosts[:2]]
+    # The report reads what was stored.
+    shown = run_cli("--db", str(db), "results", "show", "demo-it")
+    assert shown.returncode == 0 and "sysbench-cpu" in shown.stdout
+
+
+def test_dead_host_fails_its_cell_only_and_resume_finishes(deployed, tmp_path: Path) -> None:
+    hosts = deployed.bed.state.hosts
+    spec = tmp_path / "dying.yml"
+    spec.write_text(
+        "name: dying\n"
+        f"inventory: {INVENTORY}\n"
+        "warmup_steps: 2\nsteps: 400\ncell_timeout: 180\n"
+        "workloads:\n"
+        "  - name: mnist-dnn\n"
+        f"    hosts: [{', '.join(h.name for h in hosts)}]\n"
+        "    matrix: {mode: [single], batch_size: [32]}\n"
+    )
+    db = tmp_path / "dying.db"
+    victim = hosts[1]
+    run_dir = Path(victim.home) / "runs" / "dying-it"
+    args = [sys.executable, "-m", "dlinfra", "--db", str(db), "run", str(spec), "--campaign-id", "dying-it"]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not list(run_dir.glob("*/single-0.pid")):  # the victim's payload has started
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the cell on the victim never started"
+            time.sleep(0.1)
+        time.sleep(1.5)
+        deployed.bed.testbed.stop_host(victim.name)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        deployed.bed.testbed.start_host(victim.name)
+    assert proc.returncode == 1, out + err
+    cells = {c["config_json"]: c for c in _rows(db, "SELECT * FROM cells WHERE campaign_id = 'dying-it'")}
+    assert len(cells) == 3
+    by_host = {json.loads(k)["host"]: c for k, c in cells.items()}
+    assert by_host[victim.name]["status"] == "failed"
+    assert victim.name in by_host[victim.name]["failure_reason"]
+    assert all(by_host[h.name]["status"] == "ok" for h in hosts if h is not victim)
+    ok_before = {(r["cell_hash"], r["start_utc"]) for r in _rows(db, "SELECT * FROM runs WHERE status = 'ok'")}
+    # The host is back: --resume runs only the missing cell.
+    resumed = subprocess.run([*args, "--resume"], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "1 ok, 0 failed, 2 skipped" in resumed.stdout
+    cells = _rows(db, "SELECT * FROM cells WHERE campaign_id = 'dying-it'")
+    assert len(cells) == 3 and all(c["status"] == "ok" for c in cells)
+    runs = _rows(db, "SELECT * FROM runs WHERE campaign_id = 'dying-it'")
+    assert sorted(r["physical_host"] for r in runs) == sorted(h.name for h in hosts)
+    assert ok_before <= {(r["cell_hash"], r["start_utc"]) for r in runs}  # nothing stored was lost or redone
+
+
+def test_failed_task_names_host_task_and_message(deployed, tmp_path: Path) -> None:
+    from dlinfra.errors import TargetError
+    from dlinfra.orchestration.ansible import run_playbook
+
+    book = tmp_path / "fail.yml"
+    book.write_text(
+        "- name: Fail on one host\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: Fail on purpose\n      ansible.builtin.fail:\n        msg: boom from the test\n"
+        f"      when: inventory_hostname == '{deployed.targets[1].name}'\n"
+    )
+    result = run_playbook(book, targets=deployed.targets, artifacts_dir=tmp_path / "art", quiet=True)
+    assert not result.ok
+    assert [f.host for f in result.failures] == [deployed.targets[1].name]
+    assert result.hosts[deployed.targets[0].name].success
+    with pytest.raises(TargetError) as info:
+        result.raise_for_failure()
+    assert f"host {deployed.targets[1].name}: task 'Fail on purpose' failed: boom from the test" in str(info.value)
+
+
+def test_a_target_with_other_bytes_is_refused_by_name(deployed) -> None:
+    from dlinfra.errors import TargetError
+    from dlinfra.orchestration.deploy import verify_identities
+
+    victim = deployed.targets[2]
+    site = next(Path(victim.home, "venv", "lib").glob("python3*/site-packages/dlinfra/payload/__init__.py"))
+    original = site.read_bytes()
+    site.write_bytes(original + b"\n# tampered\n")
+    try:
+        with pytest.raises(TargetError) as info:
+            verify_identities(deployed.targets, deployed.result.payload_hash)
+        message = str(info.value)
+        assert f"{victim.name} has" in message and deployed.targets[0].name not in message
+    finally:
+        site.write_bytes(original)
+
+
+def test_wheelhouse_lock_pins_every_wheel_by_hash(deployed) -> None:
+    import hashlib
+    import tarfile
+
+    wh = deployed.result.wheelhouse
+    lines = [ln for ln in wh.lock.read_text().splitlines() if ln and not ln.startswith("#")]
+    assert len(lines) == len(wh.files)
+    hashes = {ln.split("--hash=sha256:")[1] for ln in lines}
+    assert hashes == {hashlib.sha256(f.read_bytes()).hexdigest() for f in wh.files}
+    assert any(ln.startswith("tensorflow-cpu==") for ln in lines) and any(ln.startswith("dlinfra==") for ln in lines)
+    with tarfile.open(wh.tarball) as tar:
+        assert sorted(tar.getnames()) == sorted(
+            [f.name for f in wh.files] + ["requirements.lock", "dlinfra.lock", "payload_hash"]
+        )

@@ -1,0 +1,130 @@
+"""Fast checks of the engine's pure parts: spec, cells and placement, TF_CONFIG, scrubbing, inventory parsing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dlinfra.errors import SpecError
+from dlinfra.inventory import parse_cpus
+from dlinfra.orchestration.ansible import scrub
+from dlinfra.orchestration.cells import expand, plan, tf_config
+from dlinfra.orchestration.spec import load_spec
+from dlinfra.orchestration.ssh import remote_command
+from dlinfra.providers.base import Target
+
+
+def _targets(n: int, cpus: int = 4) -> list[Target]:
+    return [
+        Target(layer="bm", name=f"h{i}", physical_host=f"h{i}", address=f"10.0.0.{i}", cpu_set=list(range(cpus)))
+        for i in range(1, n + 1)
+    ]
+
+
+def _spec(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "c.yml"
+    path.write_text("name: c\ninventory: hosts.yml\nsteps: 3\nwarmup_steps: 1\n" + body)
+    return path
+
+
+def test_spec_defaults_and_expansion(tmp_path: Path) -> None:
+    spec = load_spec(
+        _spec(
+            tmp_path,
+            "repeats: 2\nmatrix: {batch_size: [32, 64]}\nworkloads:\n"
+            "  - mnist-dnn\n"
+            "  - {name: mnist-dnn, hosts: ['all[0:2]'], matrix: {mode: [ps-async], ps: [1], workers: [2]}}\n",
+        )
+    )
+    assert spec.repeats == 2 and spec.steps == 3 and spec.inventory_path() == tmp_path / "hosts.yml"
+    cells = expand(spec, {"bm": _targets(3)})
+    singles = [c for c in cells if c.mode == "single"]
+    dist = [c for c in cells if c.mode == "ps-async"]
+    assert len(singles) == 2 * 3 and len(dist) == 2
+    assert len({c.hash for c in cells}) == len(cells)
+    assert dist[0].config["hosts"] == ["h1", "h2", "h3"]
+    # Same config, same hash: resume finds the cell again.
+    assert [c.hash for c in expand(spec, {"bm": _targets(3)})] == [c.hash for c in cells]
+
+
+def test_spread_puts_ps_and_workers_on_distinct_hosts_chief_joins_least_loaded(tmp_path: Path) -> None:
+    spec = load_spec(
+        _spec(tmp_path, "workloads:\n  - {name: mnist-dnn, matrix: {mode: [ps-async], ps: [1], workers: [2]}}\n")
+    )
+    targets = _targets(3, cpus=2)
+    (cell,) = expand(spec, {"bm": targets})
+    procs = plan(cell, {t.name: t for t in targets})
+    where = {(p.role, p.index): p.target.name for p in procs}
+    assert where == {("ps", 0): "h1", ("worker", 0): "h2", ("worker", 1): "h3", ("chief", 0): "h1"}
+    on_h1 = [p for p in procs if p.target.name == "h1"]
+    assert sorted(c for p in on_h1 for c in p.cpus) == [0, 1]  # split, disjoint
+    for i, p in enumerate(procs):
+        p.port = 5000 + i
+    cfg = tf_config(procs, procs[0])
+    assert cfg is not None and cfg["task"] == {"type": "chief", "index": 0}
+    assert set(cfg["cluster"]) == {"chief", "worker", "ps"} and len(cfg["cluster"]["worker"]) == 2
+
+
+def test_pack_gives_disjoint_cpu_sets_or_refuses(tmp_path: Path) -> None:
+    body = "workloads:\n  - {name: mnist-dnn, matrix: {mode: [ps-async], ps: [1], workers: [2], placement: [pack]}}\n"
+    spec = load_spec(_spec(tmp_path, body))
+    big = _targets(1, cpus=8)
+    (cell,) = expand(spec, {"bm": big})
+    procs = plan(cell, {t.name: t for t in big})
+    sets = [set(p.cpus) for p in procs]
+    assert len(procs) == 4 and all(sets) and sum(len(s) for s in sets) == 8
+    assert all(a.isdisjoint(b) for i, a in enumerate(sets) for b in sets[i + 1 :])
+    with pytest.raises(SpecError, match="pack needs 4 disjoint CPU sets"):
+        expand(spec, {"bm": _targets(1, cpus=2)})
+
+
+def test_spread_needs_enough_hosts(tmp_path: Path) -> None:
+    spec = load_spec(
+        _spec(tmp_path, "workloads:\n  - {name: mnist-dnn, matrix: {mode: [ps-async], ps: [1], workers: [3]}}\n")
+    )
+    with pytest.raises(SpecError, match="spread needs 4 distinct hosts"):
+        expand(spec, {"bm": _targets(2)})
+
+
+def test_hosts_pattern_that_matches_nothing(tmp_path: Path) -> None:
+    spec = load_spec(_spec(tmp_path, "workloads:\n  - {name: mnist-dnn, hosts: [gpu-nodes]}\n"))
+    with pytest.raises(SpecError, match=r"c.yml:\d+: workloads: mnist-dnn: hosts names 'gpu-nodes'"):
+        expand(spec, {"bm": _targets(2)})
+
+
+def test_sysbench_runs_single_only(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="sysbench-cpu is a sysbench: it runs in mode single only"):
+        load_spec(_spec(tmp_path, "workloads:\n  - {name: sysbench-cpu, matrix: {mode: [ps-async]}}\n"))
+
+
+def test_yaml_error_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yml"
+    path.write_text("name: x\nworkloads: [mnist-dnn\n")
+    with pytest.raises(SpecError, match=r"broken.yml:\d+: not valid YAML"):
+        load_spec(path)
+
+
+def test_scrub_removes_private_keys_and_passwords(tmp_path: Path) -> None:
+    key = "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----"
+    (tmp_path / "job_events").mkdir()
+    (tmp_path / "job_events" / "1.json").write_text(
+        '{"res": {"ansible_become_pass": "hunter2", "content": "' + key.replace("\n", "\\n") + '"}}'
+    )
+    (tmp_path / "stdout").write_text(f"x\n{key}\nDB_PASSWORD=hunter2\n")
+    scrub(tmp_path)
+    for f in (tmp_path / "job_events" / "1.json", tmp_path / "stdout"):
+        text = f.read_text()
+        assert "hunter2" not in text and "PRIVATE KEY-----\n" not in text and "abc" not in text
+
+
+def test_remote_command_quotes_every_argument() -> None:
+    cmd = remote_command(["python", "-c", "print(1); rm -rf /"], env={"TF_CONFIG": '{"a": "b c"}'})
+    assert cmd == "env 'TF_CONFIG={\"a\": \"b c\"}' python -c 'print(1); rm -rf /'"
+
+
+def test_parse_cpus() -> None:
+    assert parse_cpus("0-3,8") == [0, 1, 2, 3, 8]
+    for bad in ("", "3-1", "x", "-1"):
+        with pytest.raises(ValueError):
+            parse_cpus(bad)

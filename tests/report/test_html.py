@@ -1,0 +1,55 @@
+"""The HTML page: self-contained, and it renders in headless Chromium with its plots."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from report.resultsets import draws, ten_percent_slower
+from support import need_binary, run_cli
+
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+def _campaign(store, campaign):
+    ten_percent_slower(store)
+    c = campaign("html")
+    for workers, rate in ((1, 100.0), (2, 185.0), (4, 330.0)):
+        c.add("bm", draws(rate, 2, 3, seed=workers), mode="ps-async", workers=workers, ps=1)
+        c.add("ctr", draws(rate * 0.95, 2, 3, seed=workers + 10), mode="ps-async", workers=workers, ps=1)
+    c.add("vm", draws(90, 2, 2, seed=7), mode="ps-async", workers=1, ps=1, emulated=True)
+
+
+def test_html_renders_in_headless_chromium_with_plots(store, campaign, db_path, tmp_path):
+    chromium = need_binary("chromium")
+    _campaign(store, campaign)
+    page = tmp_path / "report.html"
+    result = run_cli("--db", str(db_path), "report", "--campaign", "html", "--format", "html", "--out", str(page))
+    assert result.returncode == 0, result.stderr
+    html = page.read_text()
+    # Self-contained: nothing fetched at view time.
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "<script" not in html and "<link" not in html and "@import" not in html
+    assert html.count("<svg") == 3  # throughput with CI bars, scaling curves, step times (one workload)
+    assert "emulated-mismatch" in html and 'id="warnings"' in html
+    profile = tmp_path / "chromium-profile"
+    dom = subprocess.run(
+        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    rendered = dom.stdout
+    assert rendered.count("<svg") == 3
+    assert rendered.count('<figure class="plot">') == 3
+    assert rendered.count("<table>") >= 5
+    assert "Overhead against the baseline" in rendered
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1280,2000",
+         page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shot.exists() and shot.stat().st_size > 10_000
