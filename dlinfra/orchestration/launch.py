@@ -21,6 +21,7 @@ from typing import Any
 from dlinfra.errors import TargetError
 from dlinfra.orchestration.cells import Cell, Process, tf_config
 from dlinfra.orchestration.ssh import ConnectionPool, remote_command
+from dlinfra.providers.base import Target
 from dlinfra.record import RecordError, RunRecord
 
 #: Make the run folder (clearing a previous attempt) and print N free TCP ports; argv: dir, N.
@@ -35,10 +36,22 @@ _PREPARE = (
 _MKDIR = 'rm -rf "$0" && mkdir -p "$0"'
 #: Write our pid (= the process group ``timeout`` makes) to $0, then become the command.
 _PIDWRAP = 'echo $$ > "$0"; exec "$@"'
-#: Stop a process group whose leader's pid is in $0: TERM, a moment, then KILL.
+#: Stop the process group whose leader's pid is in argv[1]: TERM, a moment, then KILL (no shell: dash's
+#: kill cannot signal a group).
 _KILL = (
-    'p=$(cat "$0" 2>/dev/null) || exit 0; '
-    'kill -TERM -- "-$p" 2>/dev/null; sleep 1; kill -KILL -- "-$p" 2>/dev/null; true'
+    "import os, signal, sys, time\n"
+    "try:\n"
+    "    pgid = int(open(sys.argv[1]).read().strip())\n"
+    "    os.killpg(pgid, signal.SIGTERM)\n"
+    "except (OSError, ValueError):\n"
+    "    sys.exit(0)\n"
+    "for _ in range(20):\n"
+    "    time.sleep(0.1)\n"
+    "    try:\n"
+    "        os.killpg(pgid, 0)\n"
+    "    except ProcessLookupError:\n"
+    "        sys.exit(0)\n"
+    "os.killpg(pgid, signal.SIGKILL)\n"
 )
 
 #: Matrix keys passed through to the payload as flags.
@@ -68,6 +81,8 @@ class ProcessOutcome:
     error: str | None = None
     stderr_tail: str = ""
     record: RunRecord | None = None
+    #: Set before dlinfra stops it (timeout, Ctrl-C, a failed peer): its end is not its own failure.
+    killed: bool = False
 
     @property
     def where(self) -> str:
@@ -110,13 +125,10 @@ class Launcher:
 
     # -- helpers ------------------------------------------------------------
 
-    def _conn(self, p: Process, slot: int) -> Any:
+    def _conn(self, p: Process, slot: int) -> tuple[Any, tuple[Target, int]]:
         """One connection per (target, slot): processes sharing a target get separate transports."""
-        from dataclasses import replace
-
-        key_target = replace(p.target, name=f"{p.target.name}#{slot}") if slot else p.target
         with self._lock:
-            return self.pool.get(key_target), key_target
+            return self.pool.get(p.target, slot), (p.target, slot)
 
     def _run_dir(self, p: Process, cell: Cell, repeat: int) -> str:
         return f"{p.target.runs_dir}/{self.campaign_id}/{cell.hash}-r{repeat}"
@@ -158,21 +170,24 @@ class Launcher:
         cancel = cancel or threading.Event()
         started_utc, t0 = _now(), time.monotonic()
         outcomes = [ProcessOutcome(p) for p in processes]
-        slots: dict[str, int] = {}
-        conns: list[Any] = []
-        try:
-            for p in processes:
-                slot = slots.get(p.target.name, 0)
-                slots[p.target.name] = slot + 1
-                conns.append(self._conn(p, slot))
-        except TargetError as exc:
-            return self._finish(cell, outcomes, started_utc, t0, f"{exc}")
-        phases = {"connect": time.monotonic() - t0}
-        try:
-            control_port = self._prepare(cell, repeat, processes, conns)
-        except TargetError as exc:
-            return self._finish(cell, outcomes, started_utc, t0, str(exc))
-        phases["prepare"] = time.monotonic() - t0 - phases["connect"]
+        phases: dict[str, float] = {}
+        for attempt in (1, 2):  # a pooled connection may have died since the last cell: retry once, fresh
+            slots: dict[str, int] = {}
+            conns: list[Any] = []
+            try:
+                for p in processes:
+                    slot = slots.get(p.target.name, 0)
+                    slots[p.target.name] = slot + 1
+                    conns.append(self._conn(p, slot))
+                phases["connect"] = time.monotonic() - t0
+                control_port = self._prepare(cell, repeat, processes, conns)
+                break
+            except TargetError as exc:
+                for _conn, key in conns:
+                    self.pool.drop(*key)
+                if attempt == 2 or "unreachable" in str(exc):
+                    return self._finish(cell, outcomes, started_utc, t0, str(exc))
+        phases["prepare"] = time.monotonic() - t0 - phases.get("connect", 0.0)
         t_run = time.monotonic()
         barrier = threading.Barrier(len(processes))
         threads = []
@@ -283,31 +298,42 @@ class Launcher:
             return
         outcome.exit_code = result.exited
         outcome.stderr_tail = "\n".join(result.stderr.strip().splitlines()[-5:])
-        if result.exited == -1:
+        if outcome.killed:
+            outcome.error = "stopped by dlinfra"
+        elif result.exited == -1:
             outcome.error = "connection lost (the SSH channel closed without an exit status)"
         elif result.exited == 124:
             outcome.error = "killed by the cell timeout"
 
     def _kill(self, cell: Cell, repeat: int, outcomes: list[ProcessOutcome], conns: list[Any]) -> None:
-        for outcome, (_conn, key_target) in zip(outcomes, conns, strict=True):
-            if outcome.exit_code is not None or outcome.error:
-                continue
+        """Stop every process still running, all in parallel, each on a fresh channel of its connection."""
+
+        def kill_one(outcome: ProcessOutcome, key: tuple[Target, int]) -> None:
+            outcome.killed = True
             p = outcome.process
             pidfile = f"{self._run_dir(p, cell, repeat)}/{p.key}.pid"
             try:
-                # A fresh channel: the process's own channel is busy (or its thread is blocked on it).
-                conn = self.pool.get(key_target)
-                conn.run(
-                    remote_command(["sh", "-c", _KILL, pidfile]), hide=True, warn=True, in_stream=False, timeout=10
-                )
-            except Exception:  # noqa: BLE001, S112 - the host may be gone; its process dies with it
-                continue
+                conn = self.pool.get(*key)
+                conn.run(remote_command([p.target.python, "-c", _KILL, pidfile]), hide=True, warn=True,
+                         in_stream=False, timeout=15)  # fmt: skip
+            except Exception:  # noqa: BLE001, S110 - the host may be gone; its processes die with it
+                pass
+
+        threads = [
+            threading.Thread(target=kill_one, args=(o, key), daemon=True)
+            for o, (_conn, key) in zip(outcomes, conns, strict=True)
+            if o.exit_code is None and not o.error
+        ]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=20)
 
     def _fetch(self, cell: Cell, repeat: int, outcomes: list[ProcessOutcome], conns: list[Any]) -> None:
-        for outcome, (conn, key_target) in zip(outcomes, conns, strict=True):
+        for outcome, (conn, key) in zip(outcomes, conns, strict=True):
             p = outcome.process
             if outcome.error and "connection lost" in outcome.error:
-                self.pool.drop(key_target)
+                self.pool.drop(*key)
                 continue
             path = f"{self._run_dir(p, cell, repeat)}/{p.key}.json"
             try:
@@ -317,7 +343,7 @@ class Launcher:
                 continue
             except Exception as exc:  # noqa: BLE001 - sftp on a dead link
                 outcome.error = outcome.error or f"cannot fetch its record: {_describe(exc)}"
-                self.pool.drop(key_target)
+                self.pool.drop(*key)
                 continue
             try:
                 record = RunRecord.from_json(text)
@@ -336,6 +362,8 @@ class Launcher:
         records = [o.record for o in outcomes if o.record is not None]
         problems: list[str] = []
         for o in outcomes:
+            if o.killed:
+                continue  # stopped because of ``reason`` or another process's failure, which is what is reported
             if o.error:
                 problems.append(f"{o.where}: {o.error}")
             elif o.record is not None and o.record.provenance.status != "ok":

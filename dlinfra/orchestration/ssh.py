@@ -77,19 +77,21 @@ class ConnectionPool:
     def __init__(self) -> None:
         self._conns: dict[str, Connection] = {}
 
-    def get(self, target: Target) -> Connection:
-        conn = self._conns.get(target.name)
+    def get(self, target: Target, slot: int = 0) -> Connection:
+        """The open connection for ``target`` (processes sharing a target use one ``slot`` each)."""
+        key = f"{target.name}#{slot}"
+        conn = self._conns.get(key)
         transport = conn.client.get_transport() if conn is not None else None
         if conn is not None and transport is not None and transport.is_active():
             return conn
         if conn is not None:
-            self.drop(target)
+            self.drop(target, slot)
         conn = connect(target)
-        self._conns[target.name] = conn
+        self._conns[key] = conn
         return conn
 
-    def drop(self, target: Target) -> None:
-        conn = self._conns.pop(target.name, None)
+    def drop(self, target: Target, slot: int = 0) -> None:
+        conn = self._conns.pop(f"{target.name}#{slot}", None)
         if conn is not None:
             with contextlib.suppress(Exception):  # closing a dead connection may raise anything
                 conn.close()

@@ -167,7 +167,10 @@ class ControlServer:
                 return
             time.sleep(0.1)
         missing = [f"{p.name} at {p.address}" for p in self.peers.values() if p.sock is None]
-        raise PeerLost(f"{', '.join(missing)} unreachable (did not connect to the control channel in {timeout:g}s)")
+        reason = f"{', '.join(missing)} unreachable (did not connect to the control channel in {timeout:g}s)"
+        self.abort(reason)  # the tasks that did connect fail naming the missing one, not the chief
+        time.sleep(0.2)
+        raise PeerLost(reason)
 
     def finish(self, global_step: int | None, wait: float) -> None:
         """Tell every task the run ended at ``global_step``; wait up to ``wait`` s for them to sign off."""

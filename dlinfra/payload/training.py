@@ -24,6 +24,9 @@ from dlinfra.record import SeriesPoint
 
 log = logging.getLogger("dlinfra.payload")
 
+#: PS mode schedules at most this many steps before collecting them.
+PS_CHUNK = 1000
+
 
 @dataclass
 class TrainPlan:
@@ -141,6 +144,8 @@ def _loop(
     cap = plan.measured_cap
     eval_every = plan.eval_every or (50 if plan.target_accuracy is not None else 0)
     boundary = eval_every if eval_every else cap
+    if chunked:
+        boundary = max(1, min(boundary, PS_CHUNK))  # bounded queues of scheduled closures
     clock = progress.clock
     clock.start()
     done = 0

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from support import need, need_binary
 
+from dlinfra.errors import TargetError
 from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.containers.engine import Engine
 
@@ -136,3 +137,36 @@ def provider_image_tag(wheelhouse: Path) -> str:
     import hashlib
 
     return f"dlinfra-payload:{hashlib.sha256((wheelhouse / 'requirements.lock').read_bytes()).hexdigest()[:16]}"
+
+
+def test_engine_over_ssh_checks_loads_runs_and_cleans(testbed, docker: Engine, docker_tiny) -> None:
+    """The real-host path: every engine command over SSH (quoted argv), the image streamed into `docker load`."""
+    from dlinfra.providers.containers.daemons import ensure_dockerd, stop_dockerd
+    from dlinfra.providers.containers.image import ship_image
+    from dlinfra.providers.containers.provider import ssh_via
+    from dlinfra.providers.containers.run import ContainerSpec, NetworkMode, Resources, remove_run, run_container
+
+    hosts, _ = testbed
+    host = hosts[0]
+    local = ensure_dockerd(host.vars["dlinfra_netns"], host=host.name)  # the host's own dockerd
+    remote = Engine("docker", host=host.name, socket=local.socket, via=ssh_via(host))
+    run_id = f"s{secrets.token_hex(3)}"
+    try:
+        assert remote.check_available()
+        assert ship_image(docker, docker_tiny.tag, [remote]) == [remote]  # streamed over SSH
+        name = f"dlinfra-{run_id}-ssh"
+        record = run_container(remote, ContainerSpec(name, docker_tiny.tag, run_id, NetworkMode("host"), Resources()))
+        assert record["HostConfig"]["NetworkMode"] == "host"
+        addrs = json.loads(remote.run("exec", name, "python", "-c", ADDRS).stdout)
+        assert host.address in addrs
+        echo = remote.run("exec", name, "python", "-c", "import sys; print(sys.argv[1])", "a b; $(reboot) 'q'")
+        assert echo.stdout.strip() == "a b; $(reboot) 'q'"  # quoted through the remote shell, never run
+        remove_run(remote, run_id, images=[docker_tiny.tag])
+        assert remote.run("ps", "-aq").stdout.strip() == ""
+        assert not remote.exists("image", docker_tiny.tag)
+    finally:
+        remove_run(local, run_id)
+        stop_dockerd(host.vars["dlinfra_netns"])
+    missing = Engine("podman", host=host.name, via=ssh_via(host), runtime="nosuchrt")
+    with pytest.raises(TargetError, match=f"host {host.name}: podman cannot run containers with runtime nosuchrt"):
+        missing.check_available()

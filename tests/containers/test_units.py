@@ -91,6 +91,10 @@ def test_bad_resource_values_name_host_and_field() -> None:
         Resources(cpus=-1).validate("h1")
     with pytest.raises(DlinfraError, match="host h1: memory limit 10 bytes"):
         Resources(memory_bytes=10).validate("h1")
+    with pytest.raises(DlinfraError, match="host h1: memory_bytes '2g' must be an integer"):
+        Resources(memory_bytes="2g").validate("h1")  # type: ignore[arg-type]
+    with pytest.raises(DlinfraError, match="host h1: cpus \\(CPU quota\\) 'two'"):
+        Resources(cpus="two").validate("h1")  # type: ignore[arg-type]
     with pytest.raises(DlinfraError, match="host h1: gpus 'many'"):
         Resources(gpus="many").validate("h1")
 
@@ -125,3 +129,22 @@ def test_ssh_engine_quotes_every_argument() -> None:
     assert Engine("podman").exec_argv("c1", ["python", "-V"]) == [
         "podman", "--runtime", "runc", "exec", "-i", "c1", "python", "-V",
     ]  # fmt: skip
+
+
+def test_provider_options_are_checked_before_anything_starts(tmp_path) -> None:
+    from dlinfra.providers.base import LayerSpec
+    from dlinfra.providers.containers.provider import ContainerProvider, _split
+
+    def opts(**kw):
+        return ContainerProvider._options(LayerSpec("ctr", [], tmp_path / "inv.yml", options=kw))
+
+    with pytest.raises(DlinfraError, match="layer ctr: unknown option\\(s\\) cpuset_cpus"):
+        opts(cpuset_cpus="0")
+    with pytest.raises(DlinfraError, match="layer ctr: placement 'multiple' is not known"):
+        opts(placement="multiple")
+    with pytest.raises(DlinfraError, match="layer ctr: placement single runs one process per host"):
+        opts(placement="single", processes_per_host=2)
+    with pytest.raises(DlinfraError, match="layer ctr: port_base 'x' must be a non-negative integer"):
+        opts(port_base="x")
+    assert opts(placement="pack", network="bridge")["network_mode"] == NetworkMode("bridge")
+    assert _split([0, 1, 2, 3, 4], 2) == [[0, 1, 2], [3, 4]]

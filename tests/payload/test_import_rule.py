@@ -6,7 +6,6 @@ import ast
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from support import REPO
 
@@ -92,7 +91,3 @@ def test_parsing_and_validation_do_not_import_tensorflow() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0 and "clean" in proc.stdout, proc.stderr[-2000:]
-
-
-def test_path_of_this_test_points_at_the_payload() -> None:
-    assert (PAYLOAD / "__main__.py").is_file() and Path(__file__).parent.name == "payload"

@@ -99,3 +99,18 @@ def test_good_request_validates(provider) -> None:
     checks = provider.validate([GuestSpec("g1", vcpus=2, cpuset=(0, 2), devices=(DeviceRequest.parse("10de:1b80"),))])
     assert [str(d.address) for d in checks.devices["g1"]] == ["0000:01:00.0"]
     assert checks.virt_type["g1"] == "kvm"
+
+
+def test_layer_options_from_a_campaign(provider) -> None:
+    from pathlib import Path
+
+    from dlinfra.providers.base import LayerSpec
+
+    with pytest.raises(SpecError, match=r"layer_options\.vm: unknown option\(s\) vcpu"):
+        provider.up(LayerSpec("vm", [], Path("inventory.yml"), {"vcpu": 2}))
+    before = snapshot(provider)
+    with pytest.raises(SpecError, match="guest vm1: cpuset 0,64 names CPU"):
+        provider.up(LayerSpec("vm", [], Path("inventory.yml"), {"vcpus": 2, "cpuset": "0,64"}))
+    with pytest.raises(SpecError, match=r"guest b: cpuset 9 names CPU"):
+        provider.up(LayerSpec("vm", [], Path("inventory.yml"), {"guests": [{"name": "a"}, {"name": "b", "cpuset": 9}]}))
+    assert snapshot(provider) == before

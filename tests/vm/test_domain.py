@@ -16,9 +16,19 @@ from dlinfra.providers.libvirt.spec import GuestSpec, format_cpuset, parse_cpuse
 
 def plan(virt_type: str = "kvm", **fields) -> DomainPlan:
     spec = GuestSpec(name="g1", **fields)
-    return DomainPlan(spec=spec, domain_name="dlinfra-rx-g1", run_label="rx", virt_type=virt_type,
-                      disk_path="/pool/o.qcow2", network="dlinfra-rx", mac="52:54:00:01:02:03",
-                      seed_path="/pool/s.img", kernel="/pool/k", initrd="/pool/i", cmdline="root=/dev/vda")
+    return DomainPlan(
+        spec=spec,
+        domain_name="dlinfra-rx-g1",
+        run_label="rx",
+        virt_type=virt_type,
+        disk_path="/pool/o.qcow2",
+        network="dlinfra-rx",
+        mac="52:54:00:01:02:03",
+        seed_path="/pool/s.img",
+        kernel="/pool/k",
+        initrd="/pool/i",
+        cmdline="root=/dev/vda",
+    )
 
 
 def validate(tmp_path: Path, xml: str, kind: str) -> None:
@@ -29,8 +39,7 @@ def validate(tmp_path: Path, xml: str, kind: str) -> None:
 
 
 def test_pinning_numa_hugepages(tmp_path: Path) -> None:
-    xml = domain_xml(plan(vcpus=2, memory_mib=2048, cpuset=(2, 3), emulator_cpuset=(0,), numa_node=0,
-                          hugepages=True))
+    xml = domain_xml(plan(vcpus=2, memory_mib=2048, cpuset=(2, 3), emulator_cpuset=(0,), numa_node=0, hugepages=True))
     root = ET.fromstring(xml)
     assert root.get("type") == "kvm"
     assert root.find("vcpu").text == "2" and root.find("vcpu").get("cpuset") == "2-3"
@@ -65,11 +74,11 @@ def test_emulated_guest_is_marked_and_gets_the_max_cpu(tmp_path: Path) -> None:
 def test_network_xml_validates_and_avoids_taken_subnets(tmp_path: Path) -> None:
     import ipaddress
 
-    taken = [ipaddress.ip_network("10.213.10.0/24"), ipaddress.ip_network("10.213.0.0/20")]
-    assert str(pick_subnet(taken)) == "10.213.16.0/24"
+    taken = [ipaddress.ip_network("10.214.10.0/24"), ipaddress.ip_network("10.214.0.0/20")]
+    assert str(pick_subnet(taken)) == "10.214.16.0/24"
     net = plan_network("rx", ["a", "b"], taken)
-    assert [g.ip for g in net.guests] == ["10.213.16.10", "10.213.16.11"]
-    assert net.bridge == "dlv-rx" and net.gateway == "10.213.16.1"
+    assert [g.ip for g in net.guests] == ["10.214.16.10", "10.214.16.11"]
+    assert net.bridge == "dlv-rx" and net.gateway == "10.214.16.1"
     validate(tmp_path, network_xml(net), "network")
 
 

@@ -28,8 +28,7 @@ FIGURES: dict[str, float | str] = {}
 
 
 def virsh(*args: str) -> str:
-    return subprocess.run(["virsh", "-c", "qemu:///system", *args], capture_output=True, text=True,
-                          check=True).stdout
+    return subprocess.run(["virsh", "-c", "qemu:///system", *args], capture_output=True, text=True, check=True).stdout
 
 
 @pytest.fixture(scope="module")
@@ -95,28 +94,48 @@ def test_wrong_host_key_is_refused(vm, tmp_path: Path) -> None:
     assert result.returncode != 0 and "host key" in result.stderr.lower()
 
 
-def test_payload_runs_in_the_guest(vm) -> None:
-    """Deploy the shared wheelhouse (same payload hash as bm) and run a tiny mnist-dnn, emulated."""
+def test_payload_runs_in_the_guest(vm, tmp_path: Path) -> None:
+    """Deploy the shared wheelhouse (same payload hash as bm), run a tiny mnist-dnn, store its row (emulated)."""
     _provider, target = vm
     need(shutil.which("ansible-playbook") is not None, "ansible-core on the controller")
     from dlinfra.orchestration.deploy import deploy
+    from dlinfra.record import RunRecord
+    from dlinfra.results.store import CellOutcome, open_store
 
     started = time.monotonic()
     result = deploy([target], quiet=True)
     FIGURES["deploy_s"] = round(time.monotonic() - started, 1)
     assert target.facts["identity"]["payload_hash"] == result.wheelhouse.payload_hash
-    context = {"layer": "vm", "emulated": True, "devices": target.devices, "physical_host": target.physical_host}
+    context = {
+        "campaign_id": "vm-test",
+        "cell_config": {"workload": "mnist-dnn", "steps": 10},
+        "cell_hash": "vmtest",
+        "repeat": 0,
+        "layer": "vm",
+        "physical_host": target.physical_host,
+        "target_address": target.address,
+        "emulated": target.emulated,
+        "devices": target.devices,
+    }
+    argv = [target.python, "-m", "dlinfra.payload", "run", "--workload", "mnist-dnn", "--warmup-steps", "2"]
+    argv += ["--steps", "10", "--batch-size", "64", "--context-json", json.dumps(context)]
+    argv += ["--out", f"{target.home}/vm-test.json"]
     started = time.monotonic()
-    run = guest_run(target, [target.python, "-m", "dlinfra.payload", "run", "--workload", "mnist-dnn",
-                             "--warmup-steps", "2", "--steps", "10", "--batch-size", "64", "--log-every", "5",
-                             "--context-json", json.dumps(context), "--out", f"{target.home}/vm-test.json"],
-                    timeout=900)
+    run = guest_run(target, argv, timeout=900)
     FIGURES["mnist_dnn_wall_s"] = round(time.monotonic() - started, 1)
     assert run.returncode == 0, run.stderr[-2000:]
-    record = json.loads(guest_run(target, ["cat", f"{target.home}/vm-test.json"]).stdout)
-    FIGURES["mnist_dnn_record"] = json.dumps(record)[:1500]
-    text = json.dumps(record)
-    assert '"emulated": true' in text and '"vm"' in text
+    record = RunRecord.from_json(guest_run(target, ["cat", f"{target.home}/vm-test.json"]).stdout)
+    assert record.provenance.layer == "vm" and record.provenance.emulated
+    assert record.provenance.payload_hash == result.wheelhouse.payload_hash
+    FIGURES["mnist_dnn_metrics"] = json.dumps(record.to_dict().get("metrics", {}), default=str)[:600]
+    with open_store(f"sqlite:///{tmp_path / 'results.db'}") as store:
+        store.add_campaign("vm-test", "vm-test", {})
+        outcome = CellOutcome("vm-test", "vmtest", 0, "vm", "mnist-dnn", context["cell_config"], "ok")
+        assert store.store_cell(outcome, [record]) == 1
+        [row] = store.runs("vm-test")
+    assert row["layer"] == "vm" and row["emulated"] == 1
+    FIGURES["examples_per_sec"] = row["examples_per_sec"]
+    FIGURES["step_time_median_s"] = row["step_time_median_s"]
 
 
 def test_teardown_leaves_nothing(vm) -> None:

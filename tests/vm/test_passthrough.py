@@ -31,7 +31,11 @@ def test_all_good_by_address(sysfs_tree) -> None:
     found = check_passthrough(host, devices(GPU))
     assert [str(d.address) for d in found] == [GPU]
     assert (found[0].vendor, found[0].product, found[0].driver, found[0].iommu_group) == (
-        "10de", "1b80", "vfio-pci", "13")
+        "10de",
+        "1b80",
+        "vfio-pci",
+        "13",
+    )
 
 
 def test_vendor_product_resolves_to_the_address(sysfs_tree) -> None:
@@ -80,9 +84,14 @@ def test_vendor_product_not_on_host(sysfs_tree) -> None:
 def _plan(**spec_fields) -> DomainPlan:
     spec = GuestSpec(name="gpu0", vcpus=2, memory_mib=256, cpuset=(0, 2), **spec_fields)
     return DomainPlan(
-        spec=spec, domain_name="dlinfra-rtest-gpu0", run_label="rtest", virt_type="kvm",
-        disk_path="/var/lib/libvirt/images/dlinfra/dlinfra-rtest-gpu0.qcow2", network="default",
-        mac="52:54:00:aa:bb:cc", host_devices=(PciAddress.parse(GPU), PciAddress.parse(AUDIO)),
+        spec=spec,
+        domain_name="dlinfra-rtest-gpu0",
+        run_label="rtest",
+        virt_type="kvm",
+        disk_path="/var/lib/libvirt/images/dlinfra/dlinfra-rtest-gpu0.qcow2",
+        network="default",
+        mac="52:54:00:aa:bb:cc",
+        host_devices=(PciAddress.parse(GPU), PciAddress.parse(AUDIO)),
     )
 
 

@@ -10,6 +10,7 @@ path and the controller needs no extra dependency.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 from collections.abc import Sequence
@@ -94,7 +95,7 @@ class Engine:
                 text=True,
                 timeout=timeout or self.timeout,
                 input=input_text,
-                env=None if not self.env else {**_base_env(), **self.env},
+                env=None if not self.env else {**os.environ, **self.env},
             )
         except FileNotFoundError as exc:
             raise self._missing() from exc
@@ -201,12 +202,6 @@ class Engine:
             flags += ["--env", f"{key}={value}"]
         prefix = ["nsenter", f"--mount=/proc/{int(mount_ns_of)}/ns/mnt", "--"] if mount_ns_of else []
         return [*prefix, *self.base_argv(), "exec", "-i", *flags, container, *command]
-
-
-def _base_env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
 
 
 def _tail(text: str, lines: int = 2) -> str:

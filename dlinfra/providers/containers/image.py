@@ -15,6 +15,7 @@ id, then ``load``-ed on each host (locally, over SSH, or by the payload_image ro
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -187,12 +188,47 @@ def build_payload_image(
     if not engine.exists("image", deps_tag):
         _install_layer(engine, base_ref, deps_tag, wheelhouse, deps, no_deps=False, labels={"dlinfra.kind": "deps"})
     tag = f"{PAYLOAD_REPO}:{lock_sha[:16]}"
-    if own and not engine.exists("image", tag):
-        labels = {"dlinfra.kind": "payload", "dlinfra.lock_sha256": lock_sha}
-        _install_layer(engine, deps_tag, tag, wheelhouse, own, no_deps=True, labels=labels)
-    elif not own and not engine.exists("image", tag):
-        engine.run("tag", deps_tag, tag, what="tag payload image")
+    if not engine.exists("image", tag):
+        if own:
+            labels = {"dlinfra.kind": "payload", "dlinfra.lock_sha256": lock_sha}
+            _install_layer(engine, deps_tag, tag, wheelhouse, own, no_deps=True, labels=labels)
+        else:
+            engine.run("tag", deps_tag, tag, what="tag payload image")
+        prune_images(engine, PAYLOAD_REPO, keep={tag})
+        prune_images(engine, DEPS_REPO, keep={deps_tag}, keep_last=2)
     return PayloadImage(tag, _image_id(engine, tag), lock_sha, PYTHON, time.monotonic() - started)
+
+
+def prune_images(engine: Engine, repository: str, *, keep: set[str], keep_last: int = 4) -> list[str]:
+    """Untag all but the newest ``keep_last`` images of ``repository`` (every source edit makes a new one).
+
+    ``rmi`` without force: an image a container still uses stays. Also drops cached tarballs
+    of images the engine no longer has.
+    """
+    out = engine.run("images", repository, "--format", "{{.Repository}}:{{.Tag}}", check=False).stdout
+    refs = [line.strip().removeprefix("localhost/") for line in out.splitlines() if line.strip()]
+    created = {}
+    for ref in refs:
+        when = engine.run("image", "inspect", "--format", "{{.Created}}", ref, check=False).stdout.strip()
+        created[ref] = when
+    ordered = sorted(refs, key=lambda ref: created[ref], reverse=True)
+    removed = []
+    for ref in ordered[keep_last:]:
+        if ref not in keep and engine.run("rmi", ref, check=False).returncode == 0:
+            removed.append(ref)
+    _prune_tarballs(engine)
+    return removed
+
+
+def _prune_tarballs(engine: Engine) -> None:
+    root = cache_dir("images", {}).parent
+    for meta in root.glob("*/meta.json"):
+        try:
+            info = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            continue
+        if info.get("engine") == engine.kind and not engine.exists("image", str(info.get("id"))):
+            shutil.rmtree(meta.parent, ignore_errors=True)
 
 
 def save_image(engine: Engine, ref: str) -> Path:
@@ -209,6 +245,7 @@ def save_image(engine: Engine, ref: str) -> Path:
         args = ["save", "--format", "docker-archive", "-o", str(partial), ref]
     engine.run(*args, what="save image", timeout=1800)
     partial.rename(tarball)  # atomic: a half-written tarball is never taken for a cached one
+    (folder / "meta.json").write_text(json.dumps({"engine": engine.kind, "id": image_id, "ref": ref}))
     return tarball
 
 

@@ -86,6 +86,19 @@ def _split(cpus: list[int], parts: int) -> list[list[int]]:
     return chunks
 
 
+def ssh_via(host: Any) -> tuple[str, ...]:
+    """The ssh argv prefix that reaches an inventory host the way Ansible does (key, known_hosts, port)."""
+    via = ["ssh", "-o", "BatchMode=yes", "-p", str(host.port)]
+    key = host.vars.get("ansible_ssh_private_key_file") or host.vars.get("ansible_private_key_file")
+    if key:
+        via += ["-i", str(key)]
+    known = host.vars.get("dlinfra_known_hosts")
+    if known:
+        via += ["-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes"]
+    via.append(f"{host.user}@{host.address}")
+    return tuple(via)
+
+
 def _no_init_system() -> bool:
     return not Path("/run/systemd/system").exists()
 
@@ -121,6 +134,9 @@ class ContainerProvider:
             raise DlinfraError(f"layer ctr: processes_per_host {n!r} must be a positive integer")
         if placement == "single" and n != 1:
             raise DlinfraError("layer ctr: placement single runs one process per host", "use spread or pack")
+        for key in ("ports_per_container", "port_base"):
+            if key in opts and (not isinstance(opts[key], int) or isinstance(opts[key], bool) or opts[key] < 0):
+                raise DlinfraError(f"layer ctr: {key} {opts[key]!r} must be a non-negative integer")
         run_id = str(opts.get("run_id") or secrets.token_hex(4))
         if not re.match(r"^[a-z0-9][a-z0-9-]{0,30}$", run_id):
             raise DlinfraError(f"layer ctr: run_id {run_id!r} must be lowercase letters, digits and '-'")
@@ -140,15 +156,7 @@ class ContainerProvider:
             engine = Engine("podman", host=host.name, netns=netns)
             engine.check_available()
             return HostEngine(host.name, engine)
-        via = ["ssh", "-o", "BatchMode=yes", "-p", str(host.port)]
-        key = host.vars.get("ansible_ssh_private_key_file") or host.vars.get("ansible_private_key_file")
-        if key:
-            via += ["-i", str(key)]
-        known = host.vars.get("dlinfra_known_hosts")
-        if known:
-            via += ["-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes"]
-        via.append(f"{host.user}@{host.address}")
-        engine = Engine(kind, host=host.name, via=tuple(via))  # type: ignore[arg-type]
+        engine = Engine(kind, host=host.name, via=ssh_via(host))  # type: ignore[arg-type]
         engine.check_available()
         return HostEngine(host.name, engine)
 

@@ -142,10 +142,18 @@ class Resources:
     def validate(self, host: str) -> None:
         if self.cpuset is not None:
             parse_cpuset(self.cpuset, host=host)
-        if self.cpus is not None and not (0 < float(self.cpus) <= 4096):
+        if self.cpus is not None and (
+            isinstance(self.cpus, bool) or not isinstance(self.cpus, int | float) or not 0 < self.cpus <= 4096
+        ):
             raise DlinfraError(f"host {host}: cpus (CPU quota) {self.cpus!r} must be a positive number of CPUs")
-        if self.memory_bytes is not None and int(self.memory_bytes) < 6 * 1024 * 1024:
-            raise DlinfraError(f"host {host}: memory limit {self.memory_bytes!r} bytes is below the engines' 6 MiB")
+        if self.memory_bytes is not None:
+            if isinstance(self.memory_bytes, bool) or not isinstance(self.memory_bytes, int):
+                raise DlinfraError(
+                    f"host {host}: memory_bytes {self.memory_bytes!r} must be an integer number of bytes",
+                    "e.g. 2147483648 for 2 GiB",
+                )
+            if self.memory_bytes < 6 * 1024 * 1024:
+                raise DlinfraError(f"host {host}: memory limit {self.memory_bytes!r} bytes is below the engines' 6 MiB")
         if self.gpus is not None and self.gpus != "all" and not re.match(r"^\d+(,\d+)*$", self.gpus):
             raise DlinfraError(f"host {host}: gpus {self.gpus!r} must be 'all' or device indexes like 0,1")
 

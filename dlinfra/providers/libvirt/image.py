@@ -18,10 +18,14 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dlinfra.cache import cache_dir
 from dlinfra.errors import DlinfraError
 from dlinfra.images.rootfs import RootfsSpec, build_rootfs
+
+if TYPE_CHECKING:
+    from dlinfra.orchestration.wheelhouse import Wheelhouse
 
 IMAGE_FORMAT_VERSION = 4  # bump when the customisation below changes: a new cache entry is built
 GUEST_PACKAGES = (
@@ -34,11 +38,13 @@ GUEST_PACKAGES = (
     "openssh-server",
     "python3",
     "python3-venv",
+    "sysbench",  # seed 000 workloads; the sysbench role then needs no root in the guest
     "systemd-sysv",
     "udev",
 )
 KERNEL_CMDLINE = "root=/dev/vda rw console=ttyS0,115200 net.ifnames=0 quiet"
 SEED_LABEL = "cidata"
+PAYLOAD_HOME = ".dlinfra"  # Target.home of vm targets, relative to the login user's home
 # Background jobs that would disturb a benchmark (or need the network) are masked in the image.
 MASKED_UNITS = (
     "apt-daily.timer",
@@ -184,6 +190,31 @@ def _customise(root: Path) -> None:
     _run(["systemctl", f"--root={root}", "mask", *MASKED_UNITS], "masking background units")
 
 
+def _bake_payload(root: Path, wheelhouse: Wheelhouse, user: str) -> None:
+    """Install ``wheelhouse`` for ``user`` in the rootfs the way roles/payload does on a target."""
+    _run(["chroot", str(root), "useradd", "--create-home", "--uid", "1000", "--shell", "/bin/bash", user], "useradd")
+    home = f"/home/{user}/{PAYLOAD_HOME}"
+    inside = root / home.lstrip("/")
+    (inside / "wheelhouse").mkdir(parents=True)
+    shutil.copyfile(wheelhouse.tarball, inside / "wheelhouse.tar")
+    _run(["tar", "-C", str(inside / "wheelhouse"), "-xf", str(inside / "wheelhouse.tar")], "unpacking the wheelhouse")
+    venv_python = f"{home}/venv/bin/python"
+    pip = [venv_python, "-m", "pip", "install", "--disable-pip-version-check", "--no-index", "--no-cache-dir"]
+    _run(["chroot", str(root), "python3", "-m", "venv", f"{home}/venv"], "creating the payload venv")
+    _run(
+        ["chroot", str(root), *pip, "--find-links", f"{home}/wheelhouse", "--require-hashes", "--isolated",
+         "-r", f"{home}/wheelhouse/requirements.lock"],
+        "installing the payload wheelhouse",
+    )  # fmt: skip
+    _run(
+        ["chroot", str(root), *pip, "--isolated", "--find-links", f"{home}/wheelhouse", "--require-hashes",
+         "--no-deps", "--force-reinstall", "-r", f"{home}/wheelhouse/dlinfra.lock"],
+        "installing dlinfra itself",
+    )  # fmt: skip
+    (inside / "installed.lock.sha256").write_text(wheelhouse.lock_hash + "\n")
+    _run(["chroot", str(root), "chown", "-R", f"{user}:{user}", f"/home/{user}"], "chown of the payload")
+
+
 def _small_initrd(root: Path) -> None:
     """Rebuild the initrd with only the virtio and ext4 modules (runs mkinitramfs inside the rootfs)."""
     conf = root / "etc/initramfs-tools/initramfs.conf"
@@ -199,8 +230,15 @@ def _newest(boot: Path, prefix: str) -> Path:
     return found[-1]
 
 
-def build_guest_image(suite: str = "bookworm", disk_gib: int = 8) -> GuestImage:
-    """Return the cached base image for ``suite``, building it (~1-4 min) the first time."""
+def build_guest_image(
+    suite: str = "bookworm", disk_gib: int = 8, payload: Wheelhouse | None = None, user: str = "dlinfra"
+) -> GuestImage:
+    """Return the cached base image for ``suite``, building it (~1-4 min) the first time.
+
+    With ``payload``, the image also holds that wheelhouse installed for ``user`` exactly as the payload
+    role installs it (same files, same pip flags, same marker), so deploying to a fresh guest only verifies
+    it: installing TensorFlow inside an emulated guest takes many minutes, natively here under one.
+    """
     for tool in ("mkfs.ext4", "qemu-img", "tar", "systemctl"):
         if shutil.which(tool) is None:
             raise DlinfraError(f"{tool} is not installed", "apt-get install e2fsprogs qemu-utils systemd")
@@ -211,6 +249,8 @@ def build_guest_image(suite: str = "bookworm", disk_gib: int = 8) -> GuestImage:
         "format": IMAGE_FORMAT_VERSION,
         "cmdline": KERNEL_CMDLINE,
     }
+    if payload is not None:
+        inputs["payload"] = {"lock_hash": payload.lock_hash, "payload_hash": payload.payload_hash, "user": user}
     out_dir = cache_dir("guest-image", inputs)
     manifest = out_dir / "manifest.json"
     if manifest.exists():
@@ -224,6 +264,8 @@ def build_guest_image(suite: str = "bookworm", disk_gib: int = 8) -> GuestImage:
         root.mkdir()
         _run(["tar", "-C", str(root), "--numeric-owner", "-xpf", str(tarball)], "extracting the rootfs")
         _customise(root)
+        if payload is not None:
+            _bake_payload(root, payload, user)
         stage = work / "image"
         stage.mkdir()
         shutil.copy2(_newest(root / "boot", "vmlinuz"), stage / "vmlinuz")

@@ -20,8 +20,8 @@ from dlinfra.errors import TargetError
 if TYPE_CHECKING:
     import libvirt
 
-# 10.213.0.0/16 is carved into /24s, one per run; other engineers' testbeds use other ranges.
-POOL = ipaddress.ip_network("10.213.0.0/16")
+# 10.214.0.0/16 is carved into /24s, one per run (the local bare-metal testbed uses 10.213.x).
+POOL = ipaddress.ip_network("10.214.0.0/16")
 FIRST_GUEST_HOST = 10
 
 
@@ -96,7 +96,10 @@ def pick_subnet(taken: list[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
             continue  # leave the first few to hand-made setups
         if not any(subnet.overlaps(t) for t in taken):
             return subnet
-    raise TargetError(f"no free /24 left in {POOL} for a run network", "tear down old runs: dlinfra vm sweep")
+    raise TargetError(
+        f"no free /24 left in {POOL} for a run network",
+        "tear down old runs: their networks are the dlinfra-r* ones in virsh net-list --all",
+    )
 
 
 def plan_network(

@@ -27,7 +27,7 @@ from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.libvirt import storage
 from dlinfra.providers.libvirt.daemons import ensure_daemons
 from dlinfra.providers.libvirt.domain import DomainPlan, domain_xml, run_label_of
-from dlinfra.providers.libvirt.image import GuestImage, build_guest_image
+from dlinfra.providers.libvirt.image import GuestImage, build_guest_image, cloud_image
 from dlinfra.providers.libvirt.network import (
     RunNetwork,
     create_network,
@@ -43,6 +43,18 @@ if TYPE_CHECKING:
     import libvirt
 
 SERIAL_LOG_DIR = "/var/log/libvirt/qemu"
+GUEST_FIELDS = {
+    "name",
+    "vcpus",
+    "memory_mib",
+    "cpuset",
+    "emulator_cpuset",
+    "numa_node",
+    "hugepages",
+    "devices",
+    "emulation",
+}
+PROVIDER_OPTIONS = {"uri", "pool", "subnet", "boot_timeout", "cloud_image"}
 LOCAL_URIS = ("qemu:///system", "qemu:///session")
 
 
@@ -260,15 +272,33 @@ class LibvirtProvider:
     # -- bring up ---------------------------------------------------------------------------------------------
 
     def up(self, spec: LayerSpec) -> list[Target]:
-        """Provider protocol: ``spec.options['guests']`` is a list of guest mappings (see GuestSpec.from_dict)."""
-        raw = spec.options.get("guests")
-        if not isinstance(raw, list) or not raw:
-            raise SpecError("vm layer: options.guests must be a non-empty list of guests")
-        emulation = spec.options.get("emulation")
-        guests = [
-            GuestSpec.from_dict({"emulation": emulation, **g} if emulation else g, f"vm.guests[{i}]")
-            for i, g in enumerate(raw)
-        ]
+        """Provider protocol. ``spec.options`` (a campaign's ``layer_options.vm``) holds guest defaults
+        (``vcpus``, ``memory_mib``, ``cpuset``, ``emulation``, ...), an optional ``guests`` list of mappings
+        that override them per guest (default: one guest ``vm1``), and provider settings
+        (``uri``, ``pool``, ``cloud_image``, ``subnet``, ``boot_timeout``).
+        """
+        options = dict(spec.options)
+        unknown = sorted(set(options) - GUEST_FIELDS - PROVIDER_OPTIONS - {"guests"})
+        if unknown:
+            raise SpecError(
+                f"layer_options.vm: unknown option(s) {', '.join(unknown)}",
+                f"known: {', '.join(sorted(GUEST_FIELDS | PROVIDER_OPTIONS | {'guests'}))}",
+            )
+        defaults = {k: v for k, v in options.items() if k in GUEST_FIELDS and k != "name"}
+        raw = options.get("guests") or [{"name": "vm1"}]
+        if not isinstance(raw, list) or not all(isinstance(g, dict) for g in raw):
+            raise SpecError("layer_options.vm.guests must be a list of mappings", "e.g. guests: [{name: vm1}]")
+        guests = [GuestSpec.from_dict({**defaults, **g}, f"layer_options.vm.guests[{i}]") for i, g in enumerate(raw)]
+        if "uri" in options:
+            self.uri = str(options["uri"])
+        if "pool" in options:
+            self.pool_name = str(options["pool"])
+        if "subnet" in options:
+            self.subnet = ipaddress.ip_network(str(options["subnet"]))
+        if "boot_timeout" in options:
+            self.boot_timeout = float(options["boot_timeout"])
+        if options.get("cloud_image"):
+            self.image = cloud_image(str(options["cloud_image"]))
         if spec.hosts and self._physical_host is None:
             self._physical_host = spec.hosts[0].name
         return self.up_guests(guests)
@@ -321,6 +351,7 @@ class LibvirtProvider:
             seed_file = build_seed_disk(self.state_dir, seed_inputs, host_key, image.seed_style)
             seed_vol = storage.upload(conn, pool, f"{prefix}-seed.img", seed_file, "raw")
             seed_file.unlink()
+            host_key.private.unlink()  # the guest holds its private key now; the controller keeps the public half
             with known_hosts.open("a") as fh:
                 fh.write(known_hosts_line(address.ip, host_key))
             plan = DomainPlan(

@@ -35,7 +35,7 @@ class SeedInputs:
     user: str
     authorized_key: str  # the controller's public key line
     mac: str
-    address: str  # 10.213.10.10
+    address: str  # 10.214.10.10
     prefix: int
     gateway: str
 
