@@ -56,9 +56,12 @@ def bench_deploy(n: int, artifacts: Path) -> tuple[float, float, float]:
         tb.down()
 
 
-def bench_cells(repeats: int, artifacts: Path) -> list[tuple[str, list[float], dict[str, float]]]:
-    tb = LocalTestbed("dlbenchcell")
-    tb.down()
+def bench_cells(
+    repeats: int, artifacts: Path, reuse: str | None = None
+) -> list[tuple[str, list[float], dict[str, float]]]:
+    tb = LocalTestbed(reuse or "dlbenchcell")
+    if not reuse:
+        tb.down()
     rows = []
     try:
         state = tb.up(3)
@@ -94,7 +97,8 @@ def bench_cells(repeats: int, artifacts: Path) -> list[tuple[str, list[float], d
             rows.append((label, overheads, {k: statistics.median(v) for k, v in phases.items()}))
         launcher.close()
     finally:
-        tb.down()
+        if not reuse:
+            tb.down()
     return rows
 
 
@@ -104,6 +108,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="cells per kind for the overhead (default 3)")
     parser.add_argument("--artifacts", type=Path, default=Path("artifacts/bench-orchestration"))
     parser.add_argument("--skip-deploy", action="store_true", help="only the per-cell overhead")
+    parser.add_argument("--reuse-testbed", metavar="NAME", help="measure cells on this running 3-host testbed")
     args = parser.parse_args()
     print("building the wheelhouse (cached)...")
     t0 = time.monotonic()
@@ -116,7 +121,7 @@ def main() -> int:
             up_s, cold, warm = bench_deploy(n, args.artifacts)
             deploys[n] = cold
             print(f"deploy {n} host(s): testbed up {up_s:.2f} s, cold deploy {cold:.1f} s, no-op redeploy {warm:.1f} s")
-    rows = bench_cells(args.repeats, args.artifacts)
+    rows = bench_cells(args.repeats, args.artifacts, args.reuse_testbed)
     print()
     print("figure                                   value")
     for n, cold in deploys.items():

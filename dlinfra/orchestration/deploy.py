@@ -104,8 +104,13 @@ def deploy(
     console: Console | None = None,
     wheelhouse: Wheelhouse | None = None,
     quiet: bool = False,
+    compile_bytecode: bool = True,
 ) -> DeployResult:
-    """Install the wheelhouse on every target (Ansible), then check every target's payload hash."""
+    """Install the wheelhouse on every target (Ansible), then check every target's payload hash.
+
+    ``compile_bytecode=False`` skips byte-compiling on install (faster deploys for tests; the first
+    run on a target then compiles as it imports, which shows in its timings).
+    """
     if not targets:
         raise DlinfraError("nothing to deploy to: no targets")
     started = time.monotonic()
@@ -113,7 +118,11 @@ def deploy(
     result = run_playbook(
         "deploy.yml",
         targets=targets,
-        extravars={"payload_wheelhouse_tar": str(wh.tarball), "payload_lock_hash": wh.lock_hash},
+        extravars={
+            "payload_wheelhouse_tar": str(wh.tarball),
+            "payload_lock_hash": wh.lock_hash,
+            "payload_pip_compile": compile_bytecode,
+        },
         artifacts_dir=artifacts_dir,
         ident=f"deploy-{time.strftime('%Y%m%dT%H%M%S')}-{time.monotonic_ns() % 100000}",
         console=console,

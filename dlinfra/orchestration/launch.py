@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -245,40 +246,39 @@ class Launcher:
         return run
 
     def _prepare(self, cell: Cell, repeat: int, processes: list[Process], conns: list[Any]) -> int | None:
-        """Run folders on every target, free ports for a distributed cell (one round trip per target)."""
+        """Run folders on every target, free ports for a distributed cell: one round trip, all targets at once."""
         per_target: dict[str, list[int]] = {}
         for i, p in enumerate(processes):
             per_target.setdefault(p.target.name, []).append(i)
         chief_like = next((p for p in processes if p.role == "chief"), None) or next(
             (p for p in processes if p.role == "worker" and p.index == 0), None
         )
-        control_port = None
-        for indices in per_target.values():
+
+        def prepare_one(indices: list[int]) -> list[int]:
             first = processes[indices[0]]
             conn = conns[indices[0]][0]
-            need = (
-                0
-                if cell.mode == "single"
-                else len(indices) + (1 if chief_like in [processes[i] for i in indices] else 0)
-            )
+            hosts_chief = chief_like is not None and chief_like in [processes[i] for i in indices]
+            need = 0 if cell.mode == "single" else len(indices) + (1 if hosts_chief else 0)
             run_dir = self._run_dir(first, cell, repeat)
             # A single cell needs no ports: a shell is cheaper to start than Python.
-            argv = (
-                ["sh", "-c", _MKDIR, run_dir]
-                if need == 0
-                else [first.target.python, "-c", _PREPARE, run_dir, str(need)]
-            )
+            if need == 0:
+                argv = ["sh", "-c", _MKDIR, run_dir]
+            else:
+                argv = [first.target.python, "-c", _PREPARE, run_dir, str(need)]
             try:
-                result = conn.run(
-                    remote_command(argv),
-                    hide=True, warn=True, in_stream=False, timeout=30,
-                )  # fmt: skip
+                result = conn.run(remote_command(argv), hide=True, warn=True, in_stream=False, timeout=30)
             except Exception as exc:  # noqa: BLE001 - paramiko/invoke raise many kinds on a dead link
                 raise TargetError(f"host {first.target.name}: cannot prepare the run: {_describe(exc)}") from None
             if result.exited != 0:
                 last = (result.stderr.strip().splitlines() or ["no output"])[-1]
                 raise TargetError(f"host {first.target.name}: cannot prepare the run: {last}")
-            ports = [int(x) for x in result.stdout.split()]
+            return [int(x) for x in result.stdout.split()]
+
+        groups = list(per_target.values())
+        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+            results = list(pool.map(prepare_one, groups))
+        control_port = None
+        for indices, ports in zip(groups, results, strict=True):
             for i, port in zip(indices, ports, strict=False):
                 processes[i].port = port
             if chief_like is not None and chief_like in [processes[i] for i in indices]:

@@ -147,6 +147,8 @@ def execute(args: argparse.Namespace, out: Any) -> int:
             _setup_logging(run.role, run.task_index)
         if run.workload.kind != "model" and args.mode != "single":
             raise PayloadError(f"--mode {args.mode}: workload {args.workload} runs only as --mode single")
+        if args.peer_timeout <= 0:
+            raise PayloadError("--peer-timeout must be > 0 seconds")
         if args.target_accuracy is not None and not 0 < args.target_accuracy <= 1:
             raise PayloadError("--target-accuracy must be between 0 and 1")
         if run.workload.kind == "model" and not run.batch_size:

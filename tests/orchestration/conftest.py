@@ -61,5 +61,8 @@ def deployed(bed: Bed, tmp_path_factory: pytest.TempPathFactory) -> Deployed:
     from dlinfra.providers.bm import BareMetalProvider
 
     targets = BareMetalProvider().up(LayerSpec("bm", load_inventory(bed.inventory), bed.inventory))
-    result = deploy(targets, artifacts_dir=tmp_path_factory.mktemp("deploy-artifacts"), quiet=True)
+    # No byte-compiling: a faster deploy; these tests check the plumbing, not timings.
+    result = deploy(
+        targets, artifacts_dir=tmp_path_factory.mktemp("deploy-artifacts"), quiet=True, compile_bytecode=False
+    )
     return Deployed(bed, targets, result)

@@ -3,9 +3,11 @@
 On this machine KVM cannot run a guest kernel, so the guest runs under QEMU
 TCG (``emulation="require"``) and its target is marked emulated; everything
 else (libvirtd, virtlogd, the NAT network, qcow2 overlays, the seed disk, sshd
-with the seeded host key) is the real thing. The payload test deploys the same
-wheelhouse the ``bm`` layer gets, through the payload role, and runs a tiny
-``mnist-dnn`` in the guest. The last test tears down and checks that virsh
+with the seeded host key) is the real thing. The image carries the payload
+installed from the same wheelhouse the ``bm`` layer gets (installing TensorFlow
+inside an emulated guest takes many minutes); the payload test runs the real
+deploy (payload role + identity check: same payload hash as ``bm``) and a tiny
+``mnist-dnn`` in the guest, and stores its row. The last test tears down and checks that virsh
 shows nothing of the run.
 """
 
@@ -38,18 +40,24 @@ def vm(tmp_path_factory):
     for tool in ("libvirtd", "virtlogd", "qemu-system-x86_64", "qemu-img", "mkfs.ext4", "debootstrap", "ssh"):
         need_binary(tool)
     pytest.importorskip("libvirt")
+    from dlinfra.errors import DlinfraError
+    from dlinfra.orchestration.wheelhouse import build_wheelhouse
     from dlinfra.providers.libvirt.image import build_guest_image
     from dlinfra.providers.libvirt.provider import LibvirtProvider
     from dlinfra.providers.libvirt.spec import GuestSpec
 
     started = time.monotonic()
-    image = build_guest_image()
+    try:  # the image carries the payload pre-installed from the same wheelhouse; deploy then verifies it
+        wheelhouse = build_wheelhouse()
+    except DlinfraError:
+        wheelhouse = None  # the payload test then installs inside the guest (slow under emulation)
+    image = build_guest_image(payload=wheelhouse)
     FIGURES["image_s"] = round(time.monotonic() - started, 1)
     provider = LibvirtProvider(image=image, state_dir=tmp_path_factory.mktemp("vm-state"), boot_timeout=480)
     try:
         [target] = provider.up_guests([GuestSpec("g1", vcpus=1, memory_mib=2048, emulation="require")])
         FIGURES.update(provider.timings)
-        yield provider, target
+        yield provider, target, wheelhouse
     finally:
         provider.down()
         provider.close()
@@ -63,7 +71,7 @@ def guest_run(target, command: list[str], timeout: float = 600) -> subprocess.Co
 
 
 def test_guest_is_a_vm_target(vm) -> None:
-    provider, target = vm
+    provider, target, _wheelhouse = vm
     assert target.layer == "vm" and target.emulated and target.facts["virt_type"] == "qemu"
     assert target.user == "dlinfra" and target.physical_host == provider.host
     xml = virsh("dumpxml", target.facts["domain"])
@@ -72,7 +80,7 @@ def test_guest_is_a_vm_target(vm) -> None:
 
 
 def test_ssh_with_checked_host_key_runs_python(vm) -> None:
-    _provider, target = vm
+    _provider, target, _wheelhouse = vm
     code = "import json,os,platform;print(json.dumps([platform.node(),os.cpu_count(),os.getuid()]))"
     result = guest_run(target, ["python3", "-c", code])
     assert result.returncode == 0, result.stderr
@@ -85,7 +93,7 @@ def test_ssh_with_checked_host_key_runs_python(vm) -> None:
 def test_wrong_host_key_is_refused(vm, tmp_path: Path) -> None:
     import dataclasses
 
-    _provider, target = vm
+    _provider, target, _wheelhouse = vm
     other = tmp_path / "other_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     known = tmp_path / "known_hosts"
@@ -96,14 +104,15 @@ def test_wrong_host_key_is_refused(vm, tmp_path: Path) -> None:
 
 def test_payload_runs_in_the_guest(vm, tmp_path: Path) -> None:
     """Deploy the shared wheelhouse (same payload hash as bm), run a tiny mnist-dnn, store its row (emulated)."""
-    _provider, target = vm
+    _provider, target, wheelhouse = vm
     need(shutil.which("ansible-playbook") is not None, "ansible-core on the controller")
     from dlinfra.orchestration.deploy import deploy
     from dlinfra.record import RunRecord
     from dlinfra.results.store import CellOutcome, open_store
 
     started = time.monotonic()
-    result = deploy([target], quiet=True)
+    # The wheelhouse the image was baked from: in a tree being edited, a fresh build could differ.
+    result = deploy([target], quiet=True, wheelhouse=wheelhouse)
     FIGURES["deploy_s"] = round(time.monotonic() - started, 1)
     assert target.facts["identity"]["payload_hash"] == result.wheelhouse.payload_hash
     context = {
@@ -139,7 +148,7 @@ def test_payload_runs_in_the_guest(vm, tmp_path: Path) -> None:
 
 
 def test_teardown_leaves_nothing(vm) -> None:
-    provider, _target = vm
+    provider, _target, _wheelhouse = vm
     label = provider.run_label
     provider.down()
     assert label not in virsh("list", "--all", "--name")
