@@ -5,11 +5,11 @@ set -euo pipefail
 
 PACKAGES=(
   # testbed hosts and the bm layer
-  openssh-server iproute2 iptables sysbench
+  openssh-server openssh-client iproute2 iptables util-linux sysbench
   # containers (ctr, ctr-vm)
   docker.io podman runc
   # VMs (vm); libvirt-python builds from source against libvirt-dev
-  libvirt-daemon-system qemu-system-x86 qemu-utils libvirt-dev pkg-config libxml2-utils e2fsprogs
+  libvirt-daemon-system qemu-system-x86 qemu-utils libvirt-dev pkg-config libxml2-utils e2fsprogs dnsmasq-base
   # base images without a registry
   debootstrap
   # the store's PostgreSQL tests

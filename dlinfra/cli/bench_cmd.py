@@ -87,37 +87,66 @@ def bench(ctx: click.Context, workload: str, repeats: int, timeout: int, **optio
     host = socket.gethostname()
     records: list[RunRecord] = []
     with store_from(ctx) as store:
-        store.add_campaign(campaign_id, f"bench {workload}", {"kind": "bench", "host": host, "cell": cell_config,
-                                                              "repeats": repeats})
+        store.add_campaign(
+            campaign_id, f"bench {workload}", {"kind": "bench", "host": host, "cell": cell_config, "repeats": repeats}
+        )
         for repeat in range(repeats):
             console.print(f"[bold]{workload}[/] repeat {repeat + 1}/{repeats} on {host} …")
-            context = {"campaign_id": campaign_id, "cell_config": cell_config, "cell_hash": cell_hash,
-                       "repeat": repeat, "layer": "bm", "physical_host": host}
+            context = {
+                "campaign_id": campaign_id,
+                "cell_config": cell_config,
+                "cell_hash": cell_hash,
+                "repeat": repeat,
+                "layer": "bm",
+                "physical_host": host,
+            }
             started = datetime.now(UTC).isoformat(timespec="seconds")
             record = _run_payload(workload, flags, context, timeout)
             p = record.provenance
             store.store_cell(
-                CellOutcome(campaign_id, cell_hash, repeat, "bm", workload, cell_config, p.status,
-                            p.failure_reason, started, datetime.now(UTC).isoformat(timespec="seconds")),
+                CellOutcome(
+                    campaign_id,
+                    cell_hash,
+                    repeat,
+                    "bm",
+                    workload,
+                    cell_config,
+                    p.status,
+                    p.failure_reason,
+                    started,
+                    datetime.now(UTC).isoformat(timespec="seconds"),
+                ),
                 [record],
             )
             records.append(record)
     _summary(campaign_id, records)
     failed = [r for r in records if r.provenance.status != "ok"]
     if failed:
-        raise DlinfraError(f"{len(failed)} of {len(records)} run(s) failed: {failed[0].provenance.failure_reason}",
-                           f"stored in campaign {campaign_id}")
+        raise DlinfraError(
+            f"{len(failed)} of {len(records)} run(s) failed: {failed[0].provenance.failure_reason}",
+            f"stored in campaign {campaign_id}",
+        )
 
 
 def _run_payload(workload: str, flags: list[str], context: dict[str, object], timeout: int) -> RunRecord:
     """One payload process; its stderr streams to the terminal, its record comes back through a file."""
     with tempfile.TemporaryDirectory(prefix="dlinfra-bench-") as tmp:
         out = Path(tmp) / "record.json"
-        cmd = [sys.executable, "-m", "dlinfra.payload", "run", "--workload", workload, *flags,
-               "--context-json", json.dumps(context), "--out", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "dlinfra.payload",
+            "run",
+            "--workload",
+            workload,
+            *flags,
+            "--context-json",
+            json.dumps(context),
+            "--out",
+            str(out),
+        ]
         try:
-            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=timeout, env=os.environ.copy(),
-                                  check=False)
+            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=timeout, env=os.environ.copy(), check=False)
         except subprocess.TimeoutExpired:
             raise DlinfraError(f"the payload ran longer than --timeout {timeout}s and was stopped") from None
         if not out.is_file():
@@ -141,8 +170,15 @@ def _summary(campaign_id: str, records: list[RunRecord]) -> None:
         median = m.step_times.median * 1000 if m.step_times.median is not None else None
         p95 = m.step_times.p95 * 1000 if m.step_times.p95 is not None else None
         status = "ok" if p.status == "ok" else f"[red]failed[/]: {p.failure_reason}"
-        table.add_row(str(p.repeat), status, _fmt(m.examples_per_sec, ",.1f"), _fmt(median, ".3f"),
-                      _fmt(p95, ".3f"), _fmt(m.final_accuracy, ".4f"), _fmt(m.elapsed_s, ".1f"))
+        table.add_row(
+            str(p.repeat),
+            status,
+            _fmt(m.examples_per_sec, ",.1f"),
+            _fmt(median, ".3f"),
+            _fmt(p95, ".3f"),
+            _fmt(m.final_accuracy, ".4f"),
+            _fmt(m.elapsed_s, ".1f"),
+        )
     console.print(table)
     extra = records[-1].metrics.extra if records else {}
     if "gflops_per_sec" in extra:

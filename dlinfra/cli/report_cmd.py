@@ -89,6 +89,8 @@ def report(
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise DlinfraError(f"cannot write {out}: {exc.strerror or exc}", "choose another --out") from None
-    err_console.print(f"wrote {fmt} report of campaign {result.campaign_id} to {out} ({len(result.warnings)} warning(s))")
+    err_console.print(
+        f"wrote {fmt} report of campaign {result.campaign_id} to {out} ({len(result.warnings)} warning(s))"
+    )
     for w in result.warnings:
         err_console.print(f"  ! {w.line()}", markup=False, highlight=False)

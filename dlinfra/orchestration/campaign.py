@@ -140,7 +140,6 @@ def run_campaign(
     inventory_path = spec.inventory_path(inventory)
     cid = _resolve_campaign_id(store, spec, campaign_id, resume)
     artifacts = Path(artifacts) if artifacts else Path("artifacts") / cid
-    artifacts.mkdir(parents=True, exist_ok=True)
     say = (lambda *a: None) if quiet else console.print
 
     targets_by_layer, providers = bring_up(spec, inventory_path, artifacts)

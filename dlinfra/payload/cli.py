@@ -33,8 +33,9 @@ class _Parser(argparse.ArgumentParser):
     """Bad flags: one line on stderr and exit 2, no usage dump."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"dlinfra.payload: error: {message} (see 'python -m dlinfra.payload {self.prog.split()[-1]} "
-                         f"--help')\n")
+        sys.stderr.write(
+            f"dlinfra.payload: error: {message} (see 'python -m dlinfra.payload {self.prog.split()[-1]} --help')\n"
+        )
         sys.exit(2)
 
 
@@ -49,12 +50,20 @@ def _positive(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = _Parser(prog="python -m dlinfra.payload", description="The dlinfra benchmark payload.",
-                  epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    top = _Parser(
+        prog="python -m dlinfra.payload",
+        description="The dlinfra benchmark payload.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("identity", help="print this target's payload hash, versions, CPU and memory as JSON")
-    run = sub.add_parser("run", help="run one workload and write one JSON result record",
-                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run = sub.add_parser(
+        "run",
+        help="run one workload and write one JSON result record",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     g = run.add_argument_group("what to run")
     g.add_argument("--workload", required=True, metavar="W", help=f"one of: {', '.join(WORKLOADS)}")
     g.add_argument("--mode", choices=["single", "ps-async", "sync"], default="single")
@@ -62,13 +71,25 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--warmup-steps", type=_positive, default=10, help="steps run before timing (default 10)")
     g.add_argument("--steps", type=_positive, default=100, help="measured steps (default 100)")
     g.add_argument("--target-accuracy", type=float, help="train until held-out accuracy reaches this (0-1)")
-    g.add_argument("--max-steps", type=_positive, default=10000,
-                   help="with --target-accuracy: most measured steps before giving up (default 10000)")
-    g.add_argument("--data", default="synthetic", help="'synthetic' or a path: MNIST IDX folder or CSV(.gz), "
-                   "CIFAR-10 binary folder/file, image folder (one sub-folder per class)")
+    g.add_argument(
+        "--max-steps",
+        type=_positive,
+        default=10000,
+        help="with --target-accuracy: most measured steps before giving up (default 10000)",
+    )
+    g.add_argument(
+        "--data",
+        default="synthetic",
+        help="'synthetic' or a path: MNIST IDX folder or CSV(.gz), "
+        "CIFAR-10 binary folder/file, image folder (one sub-folder per class)",
+    )
     g.add_argument("--cpus", help="pin to these CPUs, e.g. 0-3 or 0,2,4; TF threads follow the set size")
-    g.add_argument("--eval-every", type=_positive, default=0,
-                   help="held-out accuracy every N measured steps (default: at the end; 50 with a target)")
+    g.add_argument(
+        "--eval-every",
+        type=_positive,
+        default=0,
+        help="held-out accuracy every N measured steps (default: at the end; 50 with a target)",
+    )
     g.add_argument("--log-every", type=_positive, default=10, help="loss point every N steps (default 10)")
     g.add_argument("--seed", type=int, default=0, help="seed for data shuffling and synthetic data")
     g.add_argument("--learning-rate", type=float, help="default: per workload")
@@ -87,13 +108,23 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--ps", metavar="H:P,...")
     c.add_argument("--role", choices=["chief", "worker", "ps"])
     c.add_argument("--task-index", type=_positive)
-    c.add_argument("--control-port", type=_positive,
-                   help="control channel port on the chief (default: chief's port + 1; worker 0's without chief)")
-    c.add_argument("--peer-timeout", type=float, default=60.0,
-                   help="seconds before a silent or vanished peer fails the run (default 60)")
+    c.add_argument(
+        "--control-port",
+        type=_positive,
+        help="control channel port on the chief (default: chief's port + 1; worker 0's without chief)",
+    )
+    c.add_argument(
+        "--peer-timeout",
+        type=float,
+        default=60.0,
+        help="seconds before a silent or vanished peer fails the run (default 60)",
+    )
     o = run.add_argument_group("output")
-    o.add_argument("--context-json", help="what the controller knows: campaign_id, cell_config, cell_hash, repeat, "
-                   "layer, physical_host, target_address, emulated, devices")
+    o.add_argument(
+        "--context-json",
+        help="what the controller knows: campaign_id, cell_config, cell_hash, repeat, "
+        "layer, physical_host, target_address, emulated, devices",
+    )
     o.add_argument("--out", help="write the record here (default: stdout, one line)")
     return top
 

@@ -85,8 +85,11 @@ def resolve(
             raise PayloadError("--chief/--workers/--ps/--role make no sense with --mode single")
         return None
     if flags_given:
-        jobs = {"chief": _addresses(chief, "--chief"), "worker": _addresses(workers, "--workers"),
-                "ps": _addresses(ps, "--ps")}
+        jobs = {
+            "chief": _addresses(chief, "--chief"),
+            "worker": _addresses(workers, "--workers"),
+            "ps": _addresses(ps, "--ps"),
+        }
         if role is None:
             raise PayloadError("--role is required with --chief/--workers/--ps (chief, worker or ps)")
         task_type, index, origin = role, task_index or 0, "--role/--task-index"
@@ -96,8 +99,7 @@ def resolve(
             raise PayloadError(f"--mode {mode} needs a cluster: set TF_CONFIG or give --chief/--workers/--ps --role")
         try:
             config = json.loads(raw)
-            jobs = {k: [_split_address(a, f"TF_CONFIG cluster.{k}") for a in v]
-                    for k, v in config["cluster"].items()}
+            jobs = {k: [_split_address(a, f"TF_CONFIG cluster.{k}") for a in v] for k, v in config["cluster"].items()}
             task_type, index = config["task"]["type"], int(config["task"]["index"])
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise PayloadError(f"TF_CONFIG is not a valid cluster description: {exc}") from None

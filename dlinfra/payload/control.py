@@ -76,9 +76,7 @@ class _Peer:
 class ControlServer:
     """The controller's end: accepts the other tasks and watches them."""
 
-    def __init__(
-        self, port: int, peers: dict[str, str], timeout: float, on_lost: Callable[[str], None]
-    ) -> None:
+    def __init__(self, port: int, peers: dict[str, str], timeout: float, on_lost: Callable[[str], None]) -> None:
         self.timeout = timeout
         self.on_lost = on_lost
         self.peers = {name: _Peer(name, address) for name, address in peers.items()}
@@ -90,8 +88,9 @@ class ControlServer:
         try:
             self.listener.bind(("", port))
         except OSError as exc:
-            raise PeerLost(f"cannot open the control port {port}: {exc}", "pass a free one with --control-port") \
-                from None
+            raise PeerLost(
+                f"cannot open the control port {port}: {exc}", "pass a free one with --control-port"
+            ) from None
         self.listener.listen(64)
         self.port = port
         threading.Thread(target=self._accept_loop, name="control-accept", daemon=True).start()

@@ -101,9 +101,15 @@ def _find(folder: Path, stem: str) -> Path | None:
 
 
 def _mnist_idx(folder: Path, seed: int) -> DataSet:
-    names = {k: _find(folder, v) for k, v in {
-        "x_train": "train-images-idx3-ubyte", "y_train": "train-labels-idx1-ubyte",
-        "x_test": "t10k-images-idx3-ubyte", "y_test": "t10k-labels-idx1-ubyte"}.items()}
+    names = {
+        k: _find(folder, v)
+        for k, v in {
+            "x_train": "train-images-idx3-ubyte",
+            "y_train": "train-labels-idx1-ubyte",
+            "x_test": "t10k-images-idx3-ubyte",
+            "y_test": "t10k-labels-idx1-ubyte",
+        }.items()
+    }
     if names["x_train"] is None or names["y_train"] is None:
         raise PayloadError(
             f"MNIST folder {folder} has no train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz]"
@@ -234,8 +240,9 @@ def image_folder(path: Path, seed: int) -> DataSet:
         )
     x, y = np.array(files), np.array(labels, dtype=np.int32)
     x_train, y_train, x_test, y_test = _split(x, y, seed)
-    return DataSet(f"images:{path}", x_train, y_train, x_test, y_test, len(classes), files=True,
-                   notes={"classes": classes})
+    return DataSet(
+        f"images:{path}", x_train, y_train, x_test, y_test, len(classes), files=True, notes={"classes": classes}
+    )
 
 
 LOADERS = {"mnist": mnist, "cifar10": cifar10, "images": image_folder}

@@ -63,16 +63,28 @@ def _plan(run: Any, w: Workload, dataset: DataSet | None) -> training.TrainPlan:
     if a.target_accuracy is not None and not len(dataset.x_test):
         raise PayloadError("--target-accuracy needs held-out data")
     return training.TrainPlan(
-        workload=w, data=dataset, batch_size=run.batch_size, warmup_steps=a.warmup_steps, steps=a.steps,
-        learning_rate=a.learning_rate or w.learning_rate, image_size=image_size, synthetic_images=synthetic_images,
-        target_accuracy=a.target_accuracy, max_steps=a.max_steps, eval_every=a.eval_every,
+        workload=w,
+        data=dataset,
+        batch_size=run.batch_size,
+        warmup_steps=a.warmup_steps,
+        steps=a.steps,
+        learning_rate=a.learning_rate or w.learning_rate,
+        image_size=image_size,
+        synthetic_images=synthetic_images,
+        target_accuracy=a.target_accuracy,
+        max_steps=a.max_steps,
+        eval_every=a.eval_every,
         log_every=max(1, a.log_every),
     )
 
 
 def _finish_extra(run: Any, plan: training.TrainPlan) -> None:
-    run.extra.update(learning_rate=plan.learning_rate, data_source=plan.data.source,
-                     train_examples=len(plan.data.x_train), test_examples=len(plan.data.x_test))
+    run.extra.update(
+        learning_rate=plan.learning_rate,
+        data_source=plan.data.source,
+        train_examples=len(plan.data.x_train),
+        test_examples=len(plan.data.x_test),
+    )
     if plan.target_accuracy is not None:
         run.extra["target_accuracy"] = plan.target_accuracy
         run.extra["target_reached"] = run.progress.time_to_accuracy_s is not None
@@ -99,9 +111,13 @@ def _kernel(run: Any, w: Workload) -> None:
     times = sorted(progress.clock.samples)
     if times:
         median = times[len(times) // 2]
-        run.extra.update(flops_per_op=kernel.flops, time_per_op_s=median, flops_per_sec=kernel.flops / median,
-                         gflops_per_sec=kernel.flops / median / 1e9,
-                         mean_flops_per_sec=kernel.flops * len(times) / progress.clock.wall)
+        run.extra.update(
+            flops_per_op=kernel.flops,
+            time_per_op_s=median,
+            flops_per_sec=kernel.flops / median,
+            gflops_per_sec=kernel.flops / median / 1e9,
+            mean_flops_per_sec=kernel.flops * len(times) / progress.clock.wall,
+        )
     run.extra["shape"] = kernel.shape
 
 
@@ -196,8 +212,14 @@ def _serve(run: Any) -> None:
         n = len(cpu_set())
         config.intra_op_parallelism_threads = n
         config.inter_op_parallelism_threads = n
-    tf.distribute.Server(resolver.cluster_spec(), job_name=c.task_type, task_index=c.task_index,
-                         protocol="grpc", config=config, start=True)
+    tf.distribute.Server(
+        resolver.cluster_spec(),
+        job_name=c.task_type,
+        task_index=c.task_index,
+        protocol="grpc",
+        config=config,
+        start=True,
+    )
     log.info("%s:%d serving at %s", c.task_type, c.task_index, c.address)
     _, client = _control(run)
     assert client is not None

@@ -102,8 +102,18 @@ class Run:
         return m
 
     def write(self, failure: str | None) -> bool:
-        record = build(self.ctx, self.run_config(), self.role, self.task_index, self.args.workload,
-                       self.args.mode, self.started, self.metrics(), failure, self.devices)
+        record = build(
+            self.ctx,
+            self.run_config(),
+            self.role,
+            self.task_index,
+            self.args.workload,
+            self.args.mode,
+            self.started,
+            self.metrics(),
+            failure,
+            self.devices,
+        )
         return self.sink.write(record)
 
     def fail_now(self, reason: str, code: int = PeerLost.exit_code) -> None:
@@ -118,8 +128,13 @@ class Run:
 
 def _setup_logging(role: str, index: int) -> None:
     tag = "" if role == "single" else f"[{role}:{index}]"
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, force=True,
-                        format=f"%(asctime)s dlinfra.payload{tag}: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        force=True,
+        format=f"%(asctime)s dlinfra.payload{tag}: %(message)s",
+        datefmt="%H:%M:%S",
+    )
 
 
 def _load_data(run: Run, w: Workload) -> data.DataSet | None:

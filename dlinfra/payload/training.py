@@ -175,8 +175,9 @@ def _loop(
                 acc = agree(acc)
             train_time = progress.warmup_wall + clock.wall
             if acc is not None:
-                progress.accuracy.append(SeriesPoint(step=progress.global_step, elapsed_s=round(train_time, 4),
-                                                     value=acc))
+                progress.accuracy.append(
+                    SeriesPoint(step=progress.global_step, elapsed_s=round(train_time, 4), value=acc)
+                )
                 log.info("step %d: held-out accuracy %.4f", progress.global_step, acc)
             if plan.target_accuracy is not None and acc is not None and acc >= plan.target_accuracy:
                 progress.time_to_accuracy_s = train_time
@@ -194,8 +195,11 @@ def _finish_accuracy(progress: Progress, evaluate: Any, agree: Any = None) -> fl
     if agree is not None and acc is not None:
         acc = agree(acc)
     if acc is not None:
-        progress.accuracy.append(SeriesPoint(step=progress.global_step,
-                                             elapsed_s=round(progress.warmup_wall + progress.clock.wall, 4), value=acc))
+        progress.accuracy.append(
+            SeriesPoint(
+                step=progress.global_step, elapsed_s=round(progress.warmup_wall + progress.clock.wall, 4), value=acc
+            )
+        )
     return acc
 
 
@@ -235,8 +239,13 @@ def train_sync(plan: TrainPlan, progress: Progress, strategy: tf.distribute.Stra
 
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         shard = (ctx.num_input_pipelines, ctx.input_pipeline_id) if not plan.synthetic_images else None
-        return inputs.train_dataset(plan.data, ctx.get_per_replica_batch_size(global_batch), plan.image_size,
-                                    shard=shard, fixed=plan.synthetic_images)
+        return inputs.train_dataset(
+            plan.data,
+            ctx.get_per_replica_batch_size(global_batch),
+            plan.image_size,
+            shard=shard,
+            fixed=plan.synthetic_images,
+        )
 
     iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
 

@@ -32,7 +32,8 @@ def build_report(
     layers = sorted(set(runs["layer"]))
     if baseline not in layers:
         raise DlinfraError(
-            f"baseline layer {baseline!r} has no runs in campaign {campaign_id} (layers with runs: {', '.join(layers)})",
+            f"baseline layer {baseline!r} has no runs in campaign {campaign_id} "
+            f"(layers with runs: {', '.join(layers)})",
             "choose one of them with --baseline",
         )
     values = run_values(runs, m)
@@ -64,8 +65,11 @@ def build_report(
         warnings.extend(seed_warnings)
     if values["emulated"].any():
         warnings.append(
-            ReportWarning("emulated", "some runs ran in emulated guests (software CPU): their layers are not comparable "
-                          "with real hardware; comparisons across the two are refused")  # fmt: skip
+            ReportWarning(
+                "emulated",
+                "some runs ran in emulated guests (software CPU): their layers are not comparable "
+                "with real hardware; comparisons across the two are refused",
+            )
         )
     return Report(
         campaign_id=campaign_id,

@@ -76,8 +76,9 @@ def config_label(config: dict[str, Any], drop: tuple[str, ...] = ()) -> str:
     items = [(k, v) for k, v in sorted(config.items()) if k not in drop]
     if not items:
         return "-"
-    return " ".join(f"{k}={json.dumps(v, sort_keys=True, default=str) if isinstance(v, (dict, list)) else v}"
-                    for k, v in items)  # fmt: skip
+    return " ".join(
+        f"{k}={json.dumps(v, sort_keys=True, default=str) if isinstance(v, (dict, list)) else v}" for k, v in items
+    )
 
 
 def _first_int(config: dict[str, Any], keys: tuple[str, ...]) -> int | None:
@@ -168,10 +169,25 @@ def _run_value(rows: pd.DataFrame, metric: Metric) -> float:
 def run_values(runs: pd.DataFrame, metric: Metric) -> pd.DataFrame:
     """One row per run (cell x repeat): its metric value and what decides comparability."""
     columns = [
-        "workload", "config_label", "layer", "cell_hash", "repeat", "mode", "workers", "ps", "value",
-        "ok", "payload_hashes", "emulated", "cpu_model", "tf_version", "elapsed_s", "step_time_s", "max_accuracy",
+        "workload",
+        "config_label",
+        "layer",
+        "cell_hash",
+        "repeat",
+        "mode",
+        "workers",
+        "ps",
+        "value",
+        "ok",
+        "payload_hashes",
+        "emulated",
+        "cpu_model",
+        "tf_version",
+        "elapsed_s",
+        "step_time_s",
+        "max_accuracy",
         "config",
-    ]  # fmt: skip
+    ]
     if runs.empty:
         return pd.DataFrame(columns=columns)
     out = []

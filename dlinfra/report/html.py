@@ -15,11 +15,11 @@ from html import escape
 import matplotlib
 
 matplotlib.use("Agg")  # never a display; set before pyplot is imported
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from dlinfra.report.model import VIEW_TITLES, Report  # noqa: E402
-from dlinfra.report.render import EMPTY, format_value, shown_columns  # noqa: E402
+from dlinfra.report.model import VIEW_TITLES, Report
+from dlinfra.report.render import EMPTY, format_value, shown_columns
 
 #: Most bars/boxes per plot; larger campaigns get the first ones and a note.
 MAX_GROUPS = 16
@@ -27,7 +27,8 @@ MAX_GROUPS = 16
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1400px}
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}
-th,td{border:1px solid #ccc;padding:3px 8px}th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #ccc;padding:3px 8px}th{background:#f0f0f0}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
 .warnings{border:2px solid #c62828;background:#fff4f4;padding:.5em 1em;margin:1em 0}
 .warnings li{margin:.2em 0}.ok{border:2px solid #2e7d32;background:#f3fbf3;padding:.5em 1em}
 figure{margin:1em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;height:auto}
@@ -48,6 +49,14 @@ def _colors(layers: list[str]) -> dict[str, str]:
     palette = {"bm": "#455a64", "ctr": "#1e88e5", "vm": "#fb8c00", "ctr-vm": "#8e24aa"}
     extra = iter(["#43a047", "#e53935", "#6d4c41"])
     return {layer: palette.get(layer) or next(extra, "#999999") for layer in layers}
+
+
+def _short_labels(configs: list[str]) -> list[str]:
+    """Config labels without the ``k=v`` pairs they all share (those are in the caption's table)."""
+    tokens = [c.split() for c in configs]
+    common = set.intersection(*(set(t) for t in tokens)) if len(tokens) > 1 else set()
+    labels = [" ".join(t for t in ts if t not in common) or "-" for ts in tokens]
+    return [label if len(label) <= 40 else label[:37] + "..." for label in labels]
 
 
 def throughput_plots(report: Report) -> list[tuple[str, str]]:
@@ -75,8 +84,7 @@ def throughput_plots(report: Report) -> list[tuple[str, str]]:
                 err_hi.append(0 if math.isnan(hi) else hi - r["mean"])
             ax.bar(xs, ys, width=width, color=colors[layer], label=layer, yerr=[err_lo, err_hi], capsize=3)
         ax.set_xticks(range(len(configs)))
-        ax.set_xticklabels([c if len(c) <= 40 else c[:37] + "..." for c in configs], rotation=20, ha="right",
-                           fontsize=7)  # fmt: skip
+        ax.set_xticklabels(_short_labels(configs), rotation=20, ha="right", fontsize=7)
         ax.set_ylabel(f"{report.metric} ({report.unit})")
         ax.set_title(f"{workload}: mean {report.metric} per layer, 95% CI")
         ax.legend(fontsize=8)
@@ -151,7 +159,9 @@ def render_html(report: Report) -> str:
             f"<li><b>{escape(w.code)}</b>: {escape(w.where + ': ') if w.where else ''}{escape(w.message)}</li>"
             for w in report.warnings
         )
-        parts.append(f'<div class="warnings" id="warnings"><h2>Warnings ({len(report.warnings)})</h2><ul>{items}</ul></div>')
+        parts.append(
+            f'<div class="warnings" id="warnings"><h2>Warnings ({len(report.warnings)})</h2><ul>{items}</ul></div>'
+        )
     else:
         parts.append('<div class="ok" id="warnings">No warnings.</div>')
     plots = {

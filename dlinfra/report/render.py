@@ -99,8 +99,10 @@ def render_markdown(report: Report) -> str:
     out = [f"# {report.title}", "", report.subtitle, ""]
     if report.warnings:
         out += [f"## Warnings ({len(report.warnings)})", ""]
-        out += [f"- **{w.code}**: {_md_cell(w.where) + ': ' if w.where else ''}{_md_cell(w.message)}"
-                for w in report.warnings]  # fmt: skip
+        out += [
+            f"- **{w.code}**: {_md_cell(w.where) + ': ' if w.where else ''}{_md_cell(w.message)}"
+            for w in report.warnings
+        ]
         out.append("")
     for name, frame in _views(report):
         out += [f"## {VIEW_TITLES[name]}", ""]
@@ -112,7 +114,9 @@ def render_markdown(report: Report) -> str:
         out.append("| " + " | ".join(columns) + " |")
         out.append("|" + "|".join("---:" if n else "---" for n in numeric) + "|")
         for row in frame[columns].itertuples(index=False):
-            out.append("| " + " | ".join(_md_cell(format_value(c, v)) for c, v in zip(columns, row, strict=True)) + " |")
+            out.append(
+                "| " + " | ".join(_md_cell(format_value(c, v)) for c, v in zip(columns, row, strict=True)) + " |"
+            )
         out.append("")
     if report.notes:
         out += ["## Notes", ""] + [f"- {_md_cell(n)}" for n in report.notes] + [""]
@@ -176,7 +180,10 @@ def report_from_json(text: str) -> Report:
     for name, view in data["views"].items():
         frame = pd.DataFrame(view["rows"], columns=view["columns"])
         for column in frame.columns:  # JSON null in a number column is NaN again
-            if frame[column].map(lambda v: v is None or isinstance(v, (int, float))).all() and frame[column].notna().any():
+            if (
+                frame[column].map(lambda v: v is None or isinstance(v, (int, float))).all()
+                and frame[column].notna().any()
+            ):
                 frame[column] = frame[column].astype(float) if frame[column].isna().any() else frame[column]
         views[name] = frame
     return Report(

@@ -26,8 +26,7 @@ from dlinfra.report.frame import METRICS, Metric, run_values
 from dlinfra.report.warnings import ReportWarning, refusal_reasons
 
 SEEDS = ("000", "002", "003", "004")
-COLUMNS = ["figure", "source", "what", "seed_value", "campaign_value", "unit", "ratio", "difference", "matched",
-           "note"]  # fmt: skip
+COLUMNS = ["figure", "source", "what", "seed_value", "campaign_value", "unit", "ratio", "difference", "matched", "note"]
 #: Config values a campaign may leave out, and what leaving them out means.
 DEFAULTS = {"data": "synthetic", "placement": "pack"}
 
@@ -136,7 +135,11 @@ def campaign_value(
         if kind == "best_over_single":
             pick = per_config.idxmin()
             return (float(per_config[pick] / base["value"].median()), f"{pick} / single", "")
-        return (float(per_config.median() / base["value"].median()), f"{len(chosen)} run(s) / {len(base)} base run(s)", "")
+        return (
+            float(per_config.median() / base["value"].median()),
+            f"{len(chosen)} run(s) / {len(base)} base run(s)",
+            "",
+        )
     if kind in ("efficiency_pct", "ps_effect_pct", "tta_ratio"):
         view, column = {
             "efficiency_pct": ("scaling", "efficiency_pct"),
@@ -211,7 +214,10 @@ def compare(
     warnings = []
     if matched == 0:
         warnings.append(
-            ReportWarning("seed-unmatched", f"no run of this campaign matches any published figure of seed {seed}: "
-                          f"run campaigns/seed{seed}.yml or a campaign with the same workloads")  # fmt: skip
+            ReportWarning(
+                "seed-unmatched",
+                f"no run of this campaign matches any published figure of seed {seed}: "
+                f"run campaigns/seed{seed}.yml or a campaign with the same workloads",
+            )
         )
     return pd.DataFrame(rows, columns=COLUMNS), hardware_notes(seed, runs), warnings

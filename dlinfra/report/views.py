@@ -22,9 +22,23 @@ from dlinfra.report.frame import PS_KEYS, WORKER_KEYS, Metric, config_label
 from dlinfra.report.warnings import CODES, ReportWarning, refusal_reasons
 
 OVERHEAD_COLUMNS = [
-    "workload", "config", "layer", "runs", "failed", "median", "iqr", "cv_pct", "overhead_pct",
-    "ci_low_pct", "ci_high_pct", "verdict", "flags", "mean", "mean_ci_low", "mean_ci_high",
-]  # fmt: skip
+    "workload",
+    "config",
+    "layer",
+    "runs",
+    "failed",
+    "median",
+    "iqr",
+    "cv_pct",
+    "overhead_pct",
+    "ci_low_pct",
+    "ci_high_pct",
+    "verdict",
+    "flags",
+    "mean",
+    "mean_ci_low",
+    "mean_ci_high",
+]
 
 
 def _layer_order(layers: list[str], baseline: str) -> list[str]:
@@ -62,7 +76,8 @@ def overhead_view(
             mine = group[group["layer"] == layer]
             extra_failed = in_group[(in_group["layer"] == layer) & ~in_group["ok"]]
             n_failed = int((failed_group["layer"] == layer).sum()) + sum(
-                (h, r) not in failed_keys for h, r in zip(extra_failed["cell_hash"], extra_failed["repeat"], strict=True)
+                (h, r) not in failed_keys
+                for h, r in zip(extra_failed["cell_hash"], extra_failed["repeat"], strict=True)
             )
             s = stats.summarise(mine["value"].to_numpy())
             key = (workload, config, layer)
@@ -107,8 +122,10 @@ def overhead_view(
                     verdict = stats.verdict(low, high)
                     cpus = set(",".join(mine["cpu_model"]).split(","))
                     if cpus != base_cpu:
-                        flag("cpu-model-differs", f"CPU model {', '.join(sorted(cpus))} vs {baseline}'s "
-                             f"{', '.join(sorted(base_cpu))}")  # fmt: skip
+                        flag(
+                            "cpu-model-differs",
+                            f"CPU model {', '.join(sorted(cpus))} vs {baseline}'s {', '.join(sorted(base_cpu))}",
+                        )
             rows.append(
                 {
                     "workload": workload,
@@ -140,8 +157,7 @@ def _speedup(base: float, value: float, higher_is_better: bool) -> float:
 
 def scaling_view(values: pd.DataFrame, metric: Metric) -> pd.DataFrame:
     """Speedup and efficiency against the 1-worker cell of the same config (else the single-mode cell)."""
-    columns = ["workload", "config", "layer", "workers", "runs", "median", "speedup", "ideal", "efficiency_pct",
-               "base"]  # fmt: skip
+    columns = ["workload", "config", "layer", "workers", "runs", "median", "speedup", "ideal", "efficiency_pct", "base"]
     good = _ok(values).copy()
     if good.empty:
         return pd.DataFrame(columns=columns)
@@ -155,9 +171,11 @@ def scaling_view(values: pd.DataFrame, metric: Metric) -> pd.DataFrame:
         base_name, base = "1 worker", medians["median"].get(1, math.nan)
         if math.isnan(base):
             single = good[
-                (good["workload"] == workload) & (good["layer"] == layer) & (good["mode"] == "single")
+                (good["workload"] == workload)
+                & (good["layer"] == layer)
+                & (good["mode"] == "single")
                 & (good["base_key"] == group["base_key"].iloc[0])
-            ]  # fmt: skip
+            ]
             base_name, base = "single", float(single["value"].median()) if not single.empty else math.nan
         if math.isnan(base) or (medians.index > 1).sum() == 0:
             continue
@@ -182,8 +200,18 @@ def scaling_view(values: pd.DataFrame, metric: Metric) -> pd.DataFrame:
 
 def ps_view(values: pd.DataFrame, metric: Metric, seed: int) -> pd.DataFrame:
     """The effect of adding parameter servers, against the fewest-ps cell of the same config."""
-    columns = ["workload", "config", "layer", "ps", "runs", "median", "effect_pct", "ci_low_pct", "ci_high_pct",
-               "verdict"]  # fmt: skip
+    columns = [
+        "workload",
+        "config",
+        "layer",
+        "ps",
+        "runs",
+        "median",
+        "effect_pct",
+        "ci_low_pct",
+        "ci_high_pct",
+        "verdict",
+    ]
     good = _ok(values).copy()
     if good.empty:
         return pd.DataFrame(columns=columns)
@@ -222,8 +250,20 @@ def ps_view(values: pd.DataFrame, metric: Metric, seed: int) -> pd.DataFrame:
 
 def sync_async_view(tta: pd.DataFrame, elapsed: pd.DataFrame) -> pd.DataFrame:
     """Sync vs async (ps-async) time-to-accuracy and elapsed time, same config otherwise (seed 004)."""
-    columns = ["workload", "config", "layer", "workers", "sync_runs", "async_runs", "sync_tta_s", "async_tta_s",
-               "tta_ratio", "sync_elapsed_s", "async_elapsed_s"]  # fmt: skip
+    columns = [
+        "workload",
+        "config",
+        "layer",
+        "workers",
+        "async_ps",
+        "sync_runs",
+        "async_runs",
+        "sync_tta_s",
+        "async_tta_s",
+        "tta_ratio",
+        "sync_elapsed_s",
+        "async_elapsed_s",
+    ]
     good = elapsed[elapsed["ok"] & elapsed["mode"].isin(["sync", "ps-async"])].copy()
     if good.empty:
         return pd.DataFrame(columns=columns)
@@ -232,32 +272,50 @@ def sync_async_view(tta: pd.DataFrame, elapsed: pd.DataFrame) -> pd.DataFrame:
     good["mode_key"] = [config_label(c, drop=("mode", *PS_KEYS)) for c in good["config"]]
     rows = []
     for (workload, layer, key), group in good.groupby(["workload", "layer", "mode_key"], sort=True):
-        sync, asyn = group[group["mode"] == "sync"], group[group["mode"] == "ps-async"]
-        if sync.empty or asyn.empty:
+        sync = group[group["mode"] == "sync"]
+        if sync.empty:
             continue
-        s_tta, a_tta = sync["tta"].median(), asyn["tta"].median()
-        rows.append(
-            {
-                "workload": workload,
-                "config": key,
-                "layer": layer,
-                "workers": int(group["workers"].iloc[0]),
-                "sync_runs": len(sync),
-                "async_runs": len(asyn),
-                "sync_tta_s": s_tta,
-                "async_tta_s": a_tta,
-                "tta_ratio": s_tta / a_tta if a_tta else math.nan,
-                "sync_elapsed_s": sync["value"].median(),
-                "async_elapsed_s": asyn["value"].median(),
-            }
-        )
+        # One row per async parameter-server count: pooling them would blur the comparison.
+        for ps, asyn in group[group["mode"] == "ps-async"].groupby("ps", sort=True):
+            rows.append(_sync_async_row(workload, key, layer, int(ps), sync, asyn))
     return pd.DataFrame(rows, columns=columns)
+
+
+def _sync_async_row(
+    workload: str, key: str, layer: str, ps: int, sync: pd.DataFrame, asyn: pd.DataFrame
+) -> dict[str, object]:
+    s_tta, a_tta = sync["tta"].median(), asyn["tta"].median()
+    return {
+        "workload": workload,
+        "config": key,
+        "layer": layer,
+        "workers": int(sync["workers"].iloc[0]),
+        "async_ps": ps,
+        "sync_runs": len(sync),
+        "async_runs": len(asyn),
+        "sync_tta_s": s_tta,
+        "async_tta_s": a_tta,
+        "tta_ratio": s_tta / a_tta if a_tta else math.nan,
+        "sync_elapsed_s": sync["value"].median(),
+        "async_elapsed_s": asyn["value"].median(),
+    }
 
 
 def run_times_view(elapsed: pd.DataFrame) -> pd.DataFrame:
     """Best and worst total run time per workload x layer over its configs (seed 000, figures 9 and 10)."""
-    columns = ["workload", "layer", "rank", "config", "mode", "ps", "workers", "runs", "total_run_time_s",
-               "step_time_s", "max_accuracy"]  # fmt: skip
+    columns = [
+        "workload",
+        "layer",
+        "rank",
+        "config",
+        "mode",
+        "ps",
+        "workers",
+        "runs",
+        "total_run_time_s",
+        "step_time_s",
+        "max_accuracy",
+    ]
     good = _ok(elapsed)
     rows = []
     for (workload, layer), group in good.groupby(["workload", "layer"], sort=True):
@@ -283,8 +341,19 @@ def run_times_view(elapsed: pd.DataFrame) -> pd.DataFrame:
 
 def system_view(runs: pd.DataFrame) -> pd.DataFrame:
     """Per workload x config x layer x role: max CPU %, max RSS, mean and max network rates (seed 004)."""
-    columns = ["workload", "config", "layer", "role", "processes", "max_cpu_pct", "max_rss_mb", "rx_mb_s", "tx_mb_s",
-               "max_rx_mb_s", "max_tx_mb_s"]  # fmt: skip
+    columns = [
+        "workload",
+        "config",
+        "layer",
+        "role",
+        "processes",
+        "max_cpu_pct",
+        "max_rss_mb",
+        "rx_mb_s",
+        "tx_mb_s",
+        "max_rx_mb_s",
+        "max_tx_mb_s",
+    ]
     good = runs[runs["status"] == "ok"] if not runs.empty else runs
     if good.empty:
         return pd.DataFrame(columns=columns)
@@ -319,7 +388,16 @@ def step_times(runs: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, dict[st
             if not pooled:
                 continue
             p5, p50, p95 = np.percentile(np.asarray(pooled) * 1000, [5, 50, 95])
-            rows.append({"workload": workload, "config": config, "layer": layer, "steps": len(pooled),
-                         "p5_ms": p5, "median_ms": p50, "p95_ms": p95})  # fmt: skip
+            rows.append(
+                {
+                    "workload": workload,
+                    "config": config,
+                    "layer": layer,
+                    "steps": len(pooled),
+                    "p5_ms": p5,
+                    "median_ms": p50,
+                    "p95_ms": p95,
+                }
+            )
             samples[f"{workload}|{config}|{layer}"] = pooled
     return pd.DataFrame(rows, columns=columns), samples

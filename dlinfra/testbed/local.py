@@ -452,6 +452,8 @@ class LocalTestbed:
                 _run(["iptables", "-w", "-D", *rule], check=False)
         if st.bridge_created and _link_exists(st.bridge):
             _run(["ip", "link", "del", st.bridge], check=False)
+        # rm is much faster than shutil.rmtree on the payload venvs (tens of thousands of files each).
+        _run(["rm", "-rf", "--one-file-system", "--", str(self.dir)], check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
         return True
 

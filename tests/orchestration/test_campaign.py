@@ -114,7 +114,8 @@ def test_dead_host_fails_its_cell_only_and_resume_finishes(deployed, tmp_path: P
     db = tmp_path / "dying.db"
     victim = hosts[1]
     run_dir = Path(victim.home) / "runs" / "dying-it"
-    args = [sys.executable, "-m", "dlinfra", "--db", str(db), "run", str(spec), "--campaign-id", "dying-it"]
+    args = [sys.executable, "-m", "dlinfra", "--db", str(db), "run", str(spec), "--campaign-id", "dying-it",
+            "--artifacts", str(tmp_path / "art")]  # fmt: skip
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240

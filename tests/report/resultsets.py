@@ -11,8 +11,9 @@ import itertools
 from typing import Any
 
 import numpy as np
+
 from dlinfra.record import Metrics, Provenance, RunRecord, StepTimes, SystemSample, config_hash
-from dlinfra.results.store import CellOutcome, ResultsStore, open_store
+from dlinfra.results.store import CellOutcome, ResultsStore
 
 _counter = itertools.count()
 
@@ -95,7 +96,7 @@ def _record(
 
 
 class Campaign:
-    """Builder of one campaign in a store: ``add(layer, values, ...)`` stores one cell per call, one repeat per value."""
+    """One campaign in a store: each ``add(layer, values, ...)`` stores one cell, one repeat per value."""
 
     def __init__(self, store: ResultsStore, campaign_id: str, name: str | None = None) -> None:
         self.store, self.id = store, campaign_id
@@ -136,18 +137,32 @@ class Campaign:
                     thr, el = 6400 / value if reports else None, value
                 records.append(
                     _record(
-                        self.id, config, repeat, role, index,
-                        throughput=thr, elapsed=el,
+                        self.id,
+                        config,
+                        repeat,
+                        role,
+                        index,
+                        throughput=thr,
+                        elapsed=el,
                         tta=(tta[repeat] if tta and value is not None and reports else None),
-                        payload_hash=payload_hash, emulated=emulated, status=status,
-                        cpu_model=cpu_model, step_mean=(64 / value if metric == "throughput" and value else 0.01),
+                        payload_hash=payload_hash,
+                        emulated=emulated,
+                        status=status,
+                        cpu_model=cpu_model,
+                        step_mean=(64 / value if metric == "throughput" and value else 0.01),
                     )
-                )  # fmt: skip
+                )
             self.store.store_cell(
                 CellOutcome(
-                    campaign_id=self.id, cell_hash=cell, repeat=repeat, layer=layer, workload=workload,
-                    config=config, status=status, failure_reason=None if status == "ok" else "worker 1 unreachable",
-                ),  # fmt: skip
+                    campaign_id=self.id,
+                    cell_hash=cell,
+                    repeat=repeat,
+                    layer=layer,
+                    workload=workload,
+                    config=config,
+                    status=status,
+                    failure_reason=None if status == "ok" else "worker 1 unreachable",
+                ),
                 records,
             )
 

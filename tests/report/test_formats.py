@@ -55,8 +55,10 @@ def test_table_markdown_and_csv_agree(store, campaign):
     columns = shown_columns("overhead", frame)
     csv = pd.read_csv(io.StringIO(render(report, "csv")), comment="#", keep_default_na=False, na_values=[""])
     assert list(csv.columns) == list(frame.columns)
-    expected = [[format_value(c, v) for c, v in zip(columns, row, strict=True)] for row in
-                csv[columns].astype(object).where(csv[columns].notna(), None).itertuples(index=False)]  # fmt: skip
+    expected = [
+        [format_value(c, v) for c, v in zip(columns, row, strict=True)]
+        for row in csv[columns].astype(object).where(csv[columns].notna(), None).itertuples(index=False)
+    ]
     t_header, t_rows = _table_rows(render(report, "table"), "Overhead against the baseline")
     m_header, m_rows = _markdown_rows(render(report, "markdown"), "Overhead against the baseline")
     assert t_header == m_header == columns
@@ -93,6 +95,11 @@ def test_json_round_trips(store, campaign):
 def test_every_view_renders_in_markdown(store, campaign):
     report = _report(store, campaign)
     text = render(report, "markdown")
-    for title in ("Overhead against the baseline", "Scaling against 1 worker", "System view per role",
-                  "Step-time distribution", "Best and worst total run times per layer"):  # fmt: skip
+    for title in (
+        "Overhead against the baseline",
+        "Scaling against 1 worker",
+        "System view per role",
+        "Step-time distribution",
+        "Best and worst total run times per layer",
+    ):
         assert f"## {title}" in text

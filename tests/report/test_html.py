@@ -9,9 +9,15 @@ from report.resultsets import draws, ten_percent_slower
 from support import need_binary, run_cli
 
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _campaign(store, campaign):
@@ -38,8 +44,10 @@ def test_html_renders_in_headless_chromium_with_plots(store, campaign, db_path, 
     profile = tmp_path / "chromium-profile"
     dom = subprocess.run(
         [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     rendered = dom.stdout
     assert rendered.count("<svg") == 3
@@ -48,8 +56,16 @@ def test_html_renders_in_headless_chromium_with_plots(store, campaign, db_path, 
     assert "Overhead against the baseline" in rendered
     shot = tmp_path / "shot.png"
     subprocess.run(
-        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1280,2000",
-         page.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            chromium,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={profile}",
+            f"--screenshot={shot}",
+            "--window-size=1280,2000",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shot.exists() and shot.stat().st_size > 10_000

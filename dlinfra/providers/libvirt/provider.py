@@ -536,10 +536,11 @@ def sweep(
             dom.destroy()
         dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM if hasattr(libvirt, "VIR_DOMAIN_UNDEFINE_NVRAM") else 0)
         removed["domains"].append(dom.name())
-        log = Path(SERIAL_LOG_DIR) / f"{dom.name()}-serial.log"
-        if log.exists() and conn.getURI() in LOCAL_URIS:
-            log.unlink()
-            removed["logs"].append(str(log))
+        if conn.getURI() in LOCAL_URIS:  # libvirt keeps a domain's QEMU log after undefine; so does our serial log
+            for log in (Path(SERIAL_LOG_DIR) / f"{dom.name()}-serial.log", Path(SERIAL_LOG_DIR) / f"{dom.name()}.log"):
+                if log.exists():
+                    log.unlink()
+                    removed["logs"].append(str(log))
     try:
         pool = conn.storagePoolLookupByName(pool_name)
         if pool.isActive():
