@@ -37,23 +37,12 @@ from dlinfra.providers.libvirt.network import (
 )
 from dlinfra.providers.libvirt.passthrough import PciDevice, SysfsHost, check_passthrough
 from dlinfra.providers.libvirt.seed import SeedInputs, build_seed_disk, known_hosts_line, make_client_key, make_host_key
-from dlinfra.providers.libvirt.spec import GuestSpec, format_cpuset
+from dlinfra.providers.libvirt.spec import GUEST_FIELDS, GuestSpec, format_cpuset
 
 if TYPE_CHECKING:
     import libvirt
 
 SERIAL_LOG_DIR = "/var/log/libvirt/qemu"
-GUEST_FIELDS = {
-    "name",
-    "vcpus",
-    "memory_mib",
-    "cpuset",
-    "emulator_cpuset",
-    "numa_node",
-    "hugepages",
-    "devices",
-    "emulation",
-}
 PROVIDER_OPTIONS = {"uri", "pool", "subnet", "boot_timeout", "cloud_image"}
 LOCAL_URIS = ("qemu:///system", "qemu:///session")
 

@@ -8,7 +8,7 @@ request is well formed, so bad input fails before anything touches libvirt.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from dlinfra.errors import SpecError
@@ -149,17 +149,7 @@ class GuestSpec:
     @classmethod
     def from_dict(cls, data: dict, where: str = "guest") -> GuestSpec:
         """Build from a campaign mapping (``cpuset: "2-3"``, ``devices: ["10de:1b80"]``, ``memory_mib: 2048``)."""
-        known = {
-            "name",
-            "vcpus",
-            "memory_mib",
-            "cpuset",
-            "emulator_cpuset",
-            "numa_node",
-            "hugepages",
-            "devices",
-            "emulation",
-        }
+        known = GUEST_FIELDS
         unknown = sorted(set(data) - known)
         if unknown:
             raise SpecError(f"{where}: unknown field(s) {', '.join(unknown)}", f"known: {', '.join(sorted(known))}")
@@ -176,3 +166,8 @@ class GuestSpec:
             devices=tuple(DeviceRequest.parse(d, f"{where}.devices") for d in data.get("devices", ())),
             emulation=data.get("emulation", "never"),
         )
+
+
+#: The fields a campaign may set on a guest (the dataclass is the single source of truth;
+#: ``extra`` is for callers in code, not for specs).
+GUEST_FIELDS = frozenset(f.name for f in fields(GuestSpec)) - {"extra"}
