@@ -22,22 +22,19 @@ def _wait_for_training(cluster, lead: str, limit: float = 300) -> None:
     time.sleep(2)
 
 
+def _train_until_killed(mnist_csv: Path) -> list[str]:
+    """Payload flags for a run far longer than the test: only a lost peer can end it."""
+    return ["--workload", "mnist-dnn", "--data", str(mnist_csv), "--steps", "1000000",
+            "--peer-timeout", str(PEER_TIMEOUT)]  # fmt: skip
+
+
 def test_killing_a_worker_fails_the_chief_naming_it(mnist_csv: Path, local_cluster) -> None:
     cluster = local_cluster(
         "ps-async",
         workers=2,
         ps=1,
         chief=True,
-        args=[
-            "--workload",
-            "mnist-dnn",
-            "--data",
-            str(mnist_csv),
-            "--steps",
-            "1000000",
-            "--peer-timeout",
-            str(PEER_TIMEOUT),
-        ],
+        args=_train_until_killed(mnist_csv),
     )
     _wait_for_training(cluster, "chief:0")
     victim = cluster.task("worker:1")
@@ -61,16 +58,7 @@ def test_killing_the_sync_controller_fails_the_other_worker(mnist_csv: Path, loc
     cluster = local_cluster(
         "sync",
         workers=2,
-        args=[
-            "--workload",
-            "mnist-dnn",
-            "--data",
-            str(mnist_csv),
-            "--steps",
-            "1000000",
-            "--peer-timeout",
-            str(PEER_TIMEOUT),
-        ],
+        args=_train_until_killed(mnist_csv),
     )
     _wait_for_training(cluster, "worker:1")
     cluster.task("worker:0").proc.send_signal(signal.SIGKILL)
