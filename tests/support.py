@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -21,6 +22,14 @@ def need(available: bool, what: str) -> None:
     if IN_CI:
         pytest.fail(f"{what} is missing in CI: .ci/run must install and start it")
     pytest.skip(f"{what} is not available on this machine")
+
+
+def need_module(name: str):
+    """Import a Python module that CI must provide (unlike pytest.importorskip, never a silent skip in CI)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        need(False, f"the Python module {name} (pip install -e '.[dev]')")
 
 
 def need_binary(name: str) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support import need_module
 
 DATA = Path(__file__).parent / "data"
 
@@ -56,7 +57,7 @@ def sysfs_tree(tmp_path: Path) -> Callable[[str], Path]:
 @pytest.fixture
 def test_conn():
     """A connection to libvirt's in-memory test driver (no daemon, nothing persists)."""
-    libvirt = pytest.importorskip("libvirt")
+    libvirt = need_module("libvirt")
     libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
     conn = libvirt.open("test:///default")
     yield conn

@@ -7,6 +7,7 @@ which 0, 2 and 4 are online, 3 GiB of memory) and a recorded GPU host's sysfs.
 from __future__ import annotations
 
 import pytest
+from support import need_module
 
 from dlinfra.errors import DlinfraError, SpecError, TargetError
 from dlinfra.providers.libvirt.provider import LibvirtProvider
@@ -15,7 +16,7 @@ from dlinfra.providers.libvirt.spec import DeviceRequest, GuestSpec
 
 @pytest.fixture
 def provider(sysfs_tree, tmp_path):
-    pytest.importorskip("libvirt")
+    need_module("libvirt")
     prov = LibvirtProvider("test:///default", sysfs_root=sysfs_tree("gpu-host"), state_dir=tmp_path / "state")
     yield prov
     prov.close()

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import need, need_binary
+from support import need, need_binary, need_module
 
 # The first run builds the rootfs, wheelhouse and image (~5-10 min on a loaded 2-core machine) before booting.
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
@@ -40,7 +40,7 @@ def vm(tmp_path_factory):
     need(os.geteuid() == 0, "root (libvirtd and the image build need it)")
     for tool in ("libvirtd", "virtlogd", "qemu-system-x86_64", "qemu-img", "mkfs.ext4", "debootstrap", "ssh"):
         need_binary(tool)
-    pytest.importorskip("libvirt")
+    need_module("libvirt")
     from dlinfra.errors import DlinfraError
     from dlinfra.orchestration.wheelhouse import build_wheelhouse
     from dlinfra.providers.libvirt.image import build_guest_image
