@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dlinfra.errors import SpecError, TargetError
 from dlinfra.record import LAYERS
+
+T = TypeVar("T")
 
 #: dlinfra host variables and what they mean (docs/orchestration.md lists them too).
 KNOWN_VARS: dict[str, str] = {
@@ -35,6 +39,8 @@ KNOWN_VARS: dict[str, str] = {
     "dlinfra_memory_bytes": "memory the payload may use (informational; default: the host's)",
     "dlinfra_netns": "network namespace of a local testbed host (set by 'dlinfra testbed')",
     "dlinfra_emulated": "true when the target is emulated (QEMU TCG): its timings are not comparable",
+    "dlinfra_container_engine": "docker (default) or podman: the engine of this host's ctr targets",
+    "dlinfra_libvirt_uri": "libvirt URI of this host's hypervisor for the vm layer (qemu:///system when local)",
 }
 
 
@@ -66,6 +72,26 @@ class InventoryHost:
     @property
     def home(self) -> str:
         return str(self.vars.get("dlinfra_home", "~/.dlinfra"))
+
+
+_SUBSCRIPT = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<a>-?\d+)(?::(?P<b>-?\d+))?\]$")
+
+
+def match_pattern(pattern: str, items: list[T], names: Callable[[T], set[str]]) -> list[T]:
+    """Items named by an Ansible-style pattern: a name, a group, ``all``, or ``GROUP[i]`` / ``GROUP[i:j]``.
+
+    ``names(item)`` gives every name an item answers to (its own, its host's, its groups). Subscripts are
+    inclusive, as in Ansible (``all[0:1]`` is the first two).
+    """
+    m = _SUBSCRIPT.match(pattern)
+    name = m.group("name") if m else pattern
+    matched = list(items) if name == "all" else [i for i in items if name in names(i)]
+    if m and matched:
+        a = int(m.group("a"))
+        b = int(m.group("b")) if m.group("b") is not None else a
+        a, b = (a % len(matched), b % len(matched)) if a < 0 or b < 0 else (a, b)
+        matched = matched[a : b + 1]
+    return matched
 
 
 def parse_cpus(text: str) -> list[int]:
@@ -111,7 +137,10 @@ def _validate_vars(host: str, hostvars: dict[str, Any], source: str) -> None:
         elif key == "dlinfra_memory_bytes":
             if not isinstance(value, int) or value <= 0:
                 problem = "must be a positive integer"
-        elif key in ("dlinfra_home", "dlinfra_python", "dlinfra_known_hosts", "dlinfra_netns"):
+        elif key == "dlinfra_container_engine":
+            if value not in ("docker", "podman"):
+                problem = "must be docker or podman"
+        elif key in ("dlinfra_home", "dlinfra_python", "dlinfra_known_hosts", "dlinfra_netns", "dlinfra_libvirt_uri"):
             if not isinstance(value, str) or not value:
                 problem = "must be a non-empty string"
         if problem:

@@ -62,6 +62,9 @@ class Provenance:
     hostname: str = ""
     emulated: bool = False
     devices: list[str] = field(default_factory=list)
+    #: How the layer set this target up (container engine, network, limits; guest virt type, pinning,
+    #: passed PCI devices), so a row says what it measured without a look at the campaign's logs.
+    target_details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from dlinfra.cli.common import console, err_console, store_from
 Examples:
   dlinfra run campaigns/demo.yml
   dlinfra run campaigns/demo.yml --inventory inventory/cluster.yml
+  dlinfra run campaigns/demo.yml --layer bm --layer ctr   # leave the guests out this time
   dlinfra run campaigns/demo.yml --resume                 # the latest campaign of that name
   dlinfra run campaigns/demo.yml --resume --campaign-id demo-20261122T040000Z
   dlinfra --db postgresql://bench@db.example/dlinfra run campaigns/seed000.yml --artifacts /var/tmp/art
@@ -30,6 +31,12 @@ Examples:
     help="Folder for Ansible run artifacts (secrets scrubbed). Default: artifacts/CAMPAIGN_ID.",
 )
 @click.option("--inventory", default=None, help="Ansible inventory (path or testbed:NAME); overrides the spec's.")
+@click.option(
+    "--layer",
+    "layers",
+    multiple=True,
+    help="Run only this layer of the spec (repeatable); cells are the same, so --resume can add the rest later.",
+)
 @click.option("--skip-deploy", is_flag=True, help="Do not run the deploy playbook; still check every payload hash.")
 @click.option("--quiet", is_flag=True, help="No progress output; the summary only.")
 @click.pass_context
@@ -40,6 +47,7 @@ def run(
     campaign_id: str | None,
     artifacts: Path | None,
     inventory: str | None,
+    layers: tuple[str, ...],
     skip_deploy: bool,
     quiet: bool,
 ) -> int:
@@ -54,6 +62,7 @@ def run(
             resume=resume,
             artifacts=artifacts,
             inventory=inventory,
+            only_layers=list(layers) or None,
             skip_deploy=skip_deploy,
             console=err_console,
             quiet=quiet,

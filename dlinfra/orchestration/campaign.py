@@ -28,7 +28,7 @@ from dlinfra.orchestration.cells import Cell, expand, plan
 from dlinfra.orchestration.deploy import deploy, verify_identities
 from dlinfra.orchestration.launch import CellRun, Launcher
 from dlinfra.orchestration.spec import CampaignSpec, load_spec
-from dlinfra.orchestration.wheelhouse import build_wheelhouse
+from dlinfra.orchestration.wheelhouse import Wheelhouse, build_wheelhouse
 from dlinfra.providers import provider_for
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.results.store import CellOutcome, ResultsStore
@@ -100,25 +100,52 @@ def _resolve_campaign_id(store: ResultsStore, spec: CampaignSpec, campaign_id: s
     return new_campaign_id(spec.name)
 
 
-def bring_up(spec: CampaignSpec, inventory: Path, artifacts: Path) -> tuple[dict[str, list[Target]], list[Provider]]:
-    """Every layer's targets, from the inventory hosts that carry it."""
+#: Layers that run on another layer's targets: ctr-vm's hosts are vm's guests.
+STACKED_ON = {"ctr-vm": "vm"}
+
+
+def bring_up(
+    spec: CampaignSpec, inventory: Path, artifacts: Path, wheelhouse: Wheelhouse | None = None
+) -> tuple[dict[str, list[Target]], list[Provider]]:
+    """Every layer's targets, from the inventory hosts that carry it.
+
+    A stacked layer comes up after the layer it runs on, on the same targets when
+    the campaign measures both. If one layer fails, those already up are taken down.
+    """
     hosts = load_inventory(inventory)
     providers: list[Provider] = []
     targets: dict[str, list[Target]] = {}
-    for layer in spec.layers:
-        provider = provider_for(layer)()
-        carrying = [h for h in hosts if layer in h.layers]
-        if not carrying:
-            raise SpecError(
-                f"{spec.path}: layers: no host of inventory {inventory} carries layer {layer}",
-                "list it in the hosts' dlinfra_layers",
+    order = sorted(spec.layers, key=lambda layer: layer in STACKED_ON)
+    try:
+        for layer in order:
+            provider = provider_for(layer)()
+            carrying = [h for h in hosts if layer in h.layers]
+            if not carrying:
+                raise SpecError(
+                    f"{spec.path}: layers: no host of inventory {inventory} carries layer {layer}",
+                    "list it in the hosts' dlinfra_layers",
+                )
+            base = STACKED_ON.get(layer)
+            layer_spec = LayerSpec(
+                layer,
+                carrying,
+                inventory,
+                spec.layer_options.get(layer, {}),
+                artifacts / layer,
+                below=targets.get(base) if base else None,
+                below_options=spec.layer_options.get(base, {}) if base else {},
+                wheelhouse=wheelhouse,
+                stacked=[up for up, on in STACKED_ON.items() if on == layer and up in spec.layers],
             )
-        layer_spec = LayerSpec(layer, carrying, inventory, spec.layer_options.get(layer, {}), artifacts / layer)
-        providers.append(provider)
-        targets[layer] = provider.up(layer_spec)
-        for t in targets[layer]:
-            host = next((h for h in carrying if h.name == t.physical_host), None)
-            t.facts.setdefault("groups", host.groups if host else [])
+            providers.append(provider)
+            targets[layer] = provider.up(layer_spec)
+            for t in targets[layer]:
+                host = next((h for h in carrying if h.name == t.physical_host), None)
+                t.facts.setdefault("groups", host.groups if host else [])
+    except BaseException:
+        for provider in reversed(providers):
+            provider.down()
+        raise
     return targets, providers
 
 
@@ -130,6 +157,7 @@ def run_campaign(
     resume: bool = False,
     artifacts: Path | None = None,
     inventory: str | None = None,
+    only_layers: list[str] | None = None,
     skip_deploy: bool = False,
     console: Console | None = None,
     quiet: bool = False,
@@ -137,21 +165,31 @@ def run_campaign(
     """Run (or resume) a campaign; every cell x repeat is stored as soon as it ends."""
     console = console or Console(stderr=True)
     spec = load_spec(spec_path)
+    if only_layers:
+        stray = [layer for layer in only_layers if layer not in spec.layers]
+        if stray:
+            raise SpecError(
+                f"--layer {', '.join(stray)}: {spec.path} has no such layer", f"its layers: {', '.join(spec.layers)}"
+            )
+        spec.layers = [layer for layer in spec.layers if layer in only_layers]
     inventory_path = spec.inventory_path(inventory)
     cid = _resolve_campaign_id(store, spec, campaign_id, resume)
     artifacts = Path(artifacts) if artifacts else Path("artifacts") / cid
     say = (lambda *a: None) if quiet else console.print
 
-    targets_by_layer, providers = bring_up(spec, inventory_path, artifacts)
+    wheelhouse = build_wheelhouse()  # once: the images and every target get these very bytes
+    targets_by_layer, providers = bring_up(spec, inventory_path, artifacts, wheelhouse)
     all_targets = [t for ts in targets_by_layer.values() for t in ts]
     cells = expand(spec, targets_by_layer)
-    todo_all = [(cell, r) for cell in cells for r in range(spec.repeats)]
+    # Repeat-major: repeat 0 of every cell, then repeat 1, ... so drift in a machine's load hits every
+    # layer alike instead of biasing whichever ran last.
+    todo_all = [(cell, r) for r in range(spec.repeats) for cell in cells]
     done = store.done_cells(cid) if resume else set()
     todo = [(cell, r) for cell, r in todo_all if (cell.hash, r) not in done]
     result = CampaignResult(cid, len(todo_all), len(todo_all) - len(todo))
     say(f"campaign [bold]{cid}[/bold]: {len(todo_all)} cell runs, {result.skipped} already stored, {len(todo)} to run")
     if not todo:
-        for provider in providers:
+        for provider in reversed(providers):
             provider.down()
         return result
 
@@ -159,10 +197,12 @@ def run_campaign(
     deploy_targets = [t for t in all_targets if t.name in used]
     started = time.monotonic()
     if skip_deploy:
-        verify_identities(deploy_targets, build_wheelhouse().payload_hash)
+        verify_identities(deploy_targets, wheelhouse.payload_hash)
     else:
         say(f"deploying the payload to {len(deploy_targets)} target(s)")
-        deployed = deploy(deploy_targets, artifacts_dir=artifacts / "ansible", console=console, quiet=quiet)
+        deployed = deploy(
+            deploy_targets, artifacts_dir=artifacts / "ansible", console=console, quiet=quiet, wheelhouse=wheelhouse
+        )
         result.deploy_changed = deployed.changed
         say(f"deployed in {deployed.seconds:.1f} s (changed={deployed.changed}), payload {deployed.payload_hash[:12]}")
     result.deploy_s = time.monotonic() - started
@@ -215,6 +255,6 @@ def run_campaign(
                     break
     finally:
         launcher.close()
-        for provider in providers:
+        for provider in reversed(providers):  # stacked layers first: ctr-vm's containers before vm's guests
             provider.down()
     return result

@@ -4,7 +4,8 @@ A *cell* is one point of the matrix on one layer: its config (a plain dict)
 and the hash of that config identify it in the store, so ``--resume`` finds
 it again. A cell's processes are placed on targets either ``spread`` (ps and
 workers each on a distinct target; the chief, which only coordinates, joins
-the least loaded one) or ``pack`` (all on one target, each with its own
+the least loaded one; round-robin when there are more processes than
+targets) or ``pack`` (all on one target, each with its own
 disjoint CPU set, seed 000's "CPU affinity").
 """
 
@@ -12,11 +13,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from dlinfra.errors import SpecError
+from dlinfra.inventory import match_pattern
 from dlinfra.orchestration.spec import CampaignSpec, WorkloadSpec
 from dlinfra.providers.base import Target
 from dlinfra.record import config_hash
@@ -63,29 +64,11 @@ class Process:
 
     @property
     def endpoint(self) -> str:
-        return f"{self.target.address}:{self.port}"
-
-
-_SUBSCRIPT = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<a>-?\d+)(?::(?P<b>-?\d+))?\]$")
+        return f"{self.target.peer_address}:{self.port}"
 
 
 def _match(pattern: str, targets: list[Target]) -> list[Target]:
-    """Targets named by an Ansible-style pattern: a host, a group, ``all``, or ``GROUP[i]`` / ``GROUP[i:j]``.
-
-    Subscripts are inclusive, as in Ansible (``all[0:1]`` is the first two).
-    """
-    m = _SUBSCRIPT.match(pattern)
-    name = m.group("name") if m else pattern
-    if name == "all":
-        matched = list(targets)
-    else:
-        matched = [t for t in targets if name in (t.name, t.physical_host) or name in t.facts.get("groups", [])]
-    if m and matched:
-        a = int(m.group("a"))
-        b = int(m.group("b")) if m.group("b") is not None else a
-        a, b = (a % len(matched), b % len(matched)) if a < 0 or b < 0 else (a, b)
-        matched = matched[a : b + 1]
-    return matched
+    return match_pattern(pattern, targets, lambda t: {t.name, t.physical_host, *t.facts.get("groups", [])})
 
 
 def _targets_for(workload: WorkloadSpec, targets: list[Target], spec: CampaignSpec, layer: str) -> list[Target]:
@@ -111,6 +94,8 @@ def expand(spec: CampaignSpec, targets_by_layer: dict[str, list[Target]]) -> lis
     for layer in spec.layers:
         layer_targets = targets_by_layer.get(layer, [])
         for workload in spec.workloads:
+            if workload.layers is not None and layer not in workload.layers:
+                continue
             chosen = _targets_for(workload, layer_targets, spec, layer)
             keys = sorted(workload.matrix)
             for values in itertools.product(*(workload.matrix[k] for k in keys)):
@@ -187,14 +172,8 @@ def plan(cell: Cell, targets: dict[str, Target]) -> list[Process]:
         assignment[names[0]] = list(roles)
     else:
         spread = [r for r in roles if r[0] != "chief"]
-        if len(spread) > len(names):
-            raise SpecError(
-                f"cell {cell.label()}: placement spread needs {len(spread)} distinct hosts "
-                f"(ps + workers), only {len(names)} are selected",
-                "add hosts to the workload's hosts, lower ps/workers, or use placement pack",
-            )
-        for role, name in zip(spread, names, strict=False):
-            assignment[name].append(role)
+        for i, role in enumerate(spread):  # distinct targets while they last, then round-robin
+            assignment[names[i % len(names)]].append(role)
         chiefs = [r for r in roles if r[0] == "chief"]
         for role in chiefs:
             least = min(names, key=lambda n: len(assignment[n]))

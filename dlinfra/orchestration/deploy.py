@@ -31,14 +31,14 @@ from dlinfra.providers.base import Target
 @dataclass
 class DeployResult:
     wheelhouse: Wheelhouse
-    playbook: PlaybookResult
+    playbook: PlaybookResult | None  # None when every target had the payload in its image
     payload_hash: str
     identities: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
 
     @property
     def changed(self) -> int:
-        return self.playbook.changed
+        return self.playbook.changed if self.playbook else 0
 
 
 def _parse_identity(text: str, where: str) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def target_identity(target: Target, timeout: float = 120) -> dict[str, Any]:
     conn = connect(target)
     try:
         result = conn.run(
-            remote_command([target.python, "-m", "dlinfra.payload", "identity"]),
+            remote_command(target.command([target.python, "-m", "dlinfra.payload", "identity"])),
             hide=True, warn=True, timeout=timeout, in_stream=False,
         )  # fmt: skip
     finally:
@@ -115,9 +115,13 @@ def deploy(
         raise DlinfraError("nothing to deploy to: no targets")
     started = time.monotonic()
     wh = wheelhouse or build_wheelhouse()
+    to_install = [t for t in targets if not t.payload_in_image]  # containers carry it in their image
+    if not to_install:
+        identities = verify_identities(targets, wh.payload_hash)
+        return DeployResult(wh, None, wh.payload_hash, identities, time.monotonic() - started)
     result = run_playbook(
         "deploy.yml",
-        targets=targets,
+        targets=to_install,
         extravars={
             "payload_wheelhouse_tar": str(wh.tarball),
             "payload_lock_hash": wh.lock_hash,

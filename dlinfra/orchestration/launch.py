@@ -143,9 +143,10 @@ class Launcher:
             "repeat": repeat,
             "layer": p.target.layer,
             "physical_host": p.target.physical_host,
-            "target_address": p.target.address,
+            "target_address": p.target.peer_address,
             "emulated": p.target.emulated,
             "devices": p.target.devices,
+            "target_details": p.target.details,
         }
         argv = [p.target.python, "-m", "dlinfra.payload", "run", "--workload", c["workload"], "--mode", c["mode"]]
         argv += ["--warmup-steps", str(c["warmup_steps"]), "--steps", str(c["steps"])]
@@ -209,6 +210,7 @@ class Launcher:
                 f"{timeout:.0f}",
                 *inner,
             ]
+            argv = p.target.command(argv)
             th = threading.Thread(target=self._run_one, args=(conn, argv, outcome, barrier), daemon=True)
             threads.append(th)
             th.start()
@@ -260,19 +262,29 @@ class Launcher:
             hosts_chief = chief_like is not None and chief_like in [processes[i] for i in indices]
             need = 0 if cell.mode == "single" else len(indices) + (1 if hosts_chief else 0)
             run_dir = self._run_dir(first, cell, repeat)
-            # A single cell needs no ports: a shell is cheaper to start than Python.
-            if need == 0:
+            published = [int(x) for x in first.target.facts.get("published_ports", [])]
+            if need and published and len(published) < need:
+                raise TargetError(
+                    f"host {first.target.name}: {need} ports needed, {len(published)} published "
+                    "(layer option ports_per_container)",
+                    "raise ports_per_container, or use spread placement with one process per container",
+                )
+            # A single cell needs no ports (and a bridge container's ports are its published ones):
+            # a shell is cheaper to start than Python.
+            if need == 0 or published:
                 argv = ["sh", "-c", _MKDIR, run_dir]
             else:
                 argv = [first.target.python, "-c", _PREPARE, run_dir, str(need)]
             try:
-                result = conn.run(remote_command(argv), hide=True, warn=True, in_stream=False, timeout=30)
+                result = conn.run(
+                    remote_command(first.target.command(argv)), hide=True, warn=True, in_stream=False, timeout=30
+                )
             except Exception as exc:  # noqa: BLE001 - paramiko/invoke raise many kinds on a dead link
                 raise TargetError(f"host {first.target.name}: cannot prepare the run: {_describe(exc)}") from None
             if result.exited != 0:
                 last = (result.stderr.strip().splitlines() or ["no output"])[-1]
                 raise TargetError(f"host {first.target.name}: cannot prepare the run: {last}")
-            return [int(x) for x in result.stdout.split()]
+            return published[:need] if need and published else [int(x) for x in result.stdout.split()]
 
         groups = list(per_target.values())
         with ThreadPoolExecutor(max_workers=len(groups)) as pool:
@@ -314,8 +326,8 @@ class Launcher:
             pidfile = f"{self._run_dir(p, cell, repeat)}/{p.key}.pid"
             try:
                 conn = self.pool.get(*key)
-                conn.run(remote_command([p.target.python, "-c", _KILL, pidfile]), hide=True, warn=True,
-                         in_stream=False, timeout=15)  # fmt: skip
+                kill = p.target.command([p.target.python, "-c", _KILL, pidfile])
+                conn.run(remote_command(kill), hide=True, warn=True, in_stream=False, timeout=15)
             except Exception:  # noqa: BLE001, S110 - the host may be gone; its processes die with it
                 pass
 
@@ -335,7 +347,7 @@ class Launcher:
             if outcome.error and "connection lost" in outcome.error:
                 self.pool.drop(*key)
                 continue
-            path = f"{self._run_dir(p, cell, repeat)}/{p.key}.json"
+            path = p.target.host_path(f"{self._run_dir(p, cell, repeat)}/{p.key}.json")
             try:
                 with conn.sftp().open(path, "r") as f:
                     text = f.read().decode()

@@ -45,7 +45,7 @@ TOP_FIELDS = {
     "peer_timeout": "seconds a distributed process waits for a silent peer",
     "layer_options": "per-layer provider options, e.g. {vm: {vcpus: 2}}",
 }
-WORKLOAD_FIELDS = {"name", "workload", "hosts", "matrix"}
+WORKLOAD_FIELDS = {"name", "workload", "hosts", "layers", "matrix"}
 MATRIX_KEYS = {
     "batch_size": int,
     "mode": str,
@@ -74,6 +74,8 @@ class WorkloadSpec:
     on: list[str]
     matrix: dict[str, list[Any]]
     line: int
+    #: The campaign layers this workload runs on (default: all of them).
+    layers: list[str] | None = None
 
 
 @dataclass
@@ -266,7 +268,15 @@ def load_spec(path: str | Path) -> CampaignSpec:
                 raise check.fail(
                     (*where, "matrix", "mode"), f"{wname} is a {known[wname]}: it runs in mode single only"
                 )
-        workloads.append(WorkloadSpec(name=wname, on=on, matrix=matrix, line=check.lines.at(*where)))
+        only = item.get("layers")
+        if only is not None:
+            only = only if isinstance(only, list) else [only]
+            stray = [x for x in only if x not in layers]
+            if stray or not only:
+                raise check.fail(
+                    (*where, "layers"), f"must list layers of the campaign, got {only!r}", f"campaign layers: {layers}"
+                )
+        workloads.append(WorkloadSpec(name=wname, on=on, matrix=matrix, line=check.lines.at(*where), layers=only))
     spec = CampaignSpec(
         path=path,
         name=name,

@@ -37,8 +37,14 @@ def pin(text: str | None) -> list[int]:
         n = str(len(wanted))
         os.environ["OMP_NUM_THREADS"] = n
         os.environ["TF_NUM_INTRAOP_THREADS"] = n
-        os.environ["TF_NUM_INTEROP_THREADS"] = n
+        os.environ["TF_NUM_INTEROP_THREADS"] = str(inter_op_threads(len(wanted)))
     return sorted(os.sched_getaffinity(0))
+
+
+def inter_op_threads(cpu_count: int) -> int:
+    """At least 2: a distributed TF server with one inter-op thread can deadlock (a closure waits on a
+    remote read that needs the same pool); extra inter-op threads mostly sleep, so pinning still holds."""
+    return max(2, cpu_count)
 
 
 def configure_tf(cpus_given: bool, cpu_count: int) -> None:
@@ -48,7 +54,7 @@ def configure_tf(cpus_given: bool, cpu_count: int) -> None:
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(cpu_count)
-    tf.config.threading.set_inter_op_parallelism_threads(cpu_count)
+    tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads(cpu_count))
 
 
 def _ranges(cpus: list[int]) -> str:

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from dlinfra.payload import data as data_mod
 from dlinfra.payload import sysbench, training
+from dlinfra.payload.affinity import inter_op_threads
 from dlinfra.payload.control import ControlClient, ControlServer
 from dlinfra.payload.data import DataSet
 from dlinfra.payload.errors import PayloadError
@@ -211,7 +212,7 @@ def _serve(run: Any) -> None:
     if run.args.cpus:
         n = len(cpu_set())
         config.intra_op_parallelism_threads = n
-        config.inter_op_parallelism_threads = n
+        config.inter_op_parallelism_threads = inter_op_threads(n)
     tf.distribute.Server(
         resolver.cluster_spec(),
         job_name=c.task_type,

@@ -33,6 +33,7 @@ class Context:
     target_address: str | None = None
     emulated: bool = False
     devices: list[str] = field(default_factory=list)
+    target_details: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, text: str | None) -> Context:
@@ -55,6 +56,8 @@ class Context:
             raise PayloadError("--context-json repeat must be an integer >= 0")
         if not isinstance(ctx.devices, list):
             raise PayloadError("--context-json devices must be a list")
+        if not isinstance(ctx.target_details, dict):
+            raise PayloadError("--context-json target_details must be an object")
         return ctx
 
 
@@ -97,6 +100,7 @@ def build(
             hostname=socket.gethostname(),
             emulated=bool(ctx.emulated),
             devices=sorted({*ctx.devices, *(devices or [])}),
+            target_details=dict(ctx.target_details),
         ),
         metrics=metrics,
     )

@@ -13,6 +13,9 @@ from dlinfra.providers.base import Provider, Target
 
 PROVIDERS: dict[str, str] = {
     "bm": "dlinfra.providers.bm:BareMetalProvider",
+    "ctr": "dlinfra.providers.containers.provider:ContainerProvider",
+    "vm": "dlinfra.providers.libvirt.layer:LibvirtLayer",
+    "ctr-vm": "dlinfra.providers.containers.in_vm:ContainersInVmProvider",
 }
 
 

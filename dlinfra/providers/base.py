@@ -21,6 +21,13 @@ processes that share the target); ``home`` is a folder private to that target
 are not comparable (QEMU TCG); ``physical_host`` is the inventory name of the
 machine underneath, so results can be grouped per real host. Register the
 class in :data:`dlinfra.providers.PROVIDERS`.
+
+A target need not run its own sshd. A container is reached over its host's
+SSH: its ``facts`` carry ``exec_prefix`` (an argv such as ``docker exec -i
+NAME``, put before every payload command), ``host_runs_dir`` (where its
+``runs_dir`` is bind-mounted on the host, for fetching records over SFTP) and
+``peer_address`` (what other processes of a cell dial). ``payload_in_image``
+says the payload came with the target's image, so deploy only checks its hash.
 """
 
 from __future__ import annotations
@@ -53,6 +60,8 @@ class Target:
     #: Interpreter used to create the venv (the venv's own python runs the payload).
     base_python: str = "python3"
     facts: dict[str, Any] = field(default_factory=dict)
+    #: What every record of this target carries as ``target_details`` (JSON-safe; no secrets).
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def python(self) -> str:
@@ -62,6 +71,26 @@ class Target:
     @property
     def runs_dir(self) -> str:
         return f"{self.home}/runs"
+
+    @property
+    def peer_address(self) -> str:
+        """The address other processes of a cell reach this target at (a container's own, or the host's)."""
+        return str(self.facts.get("peer_address") or self.address)
+
+    @property
+    def payload_in_image(self) -> bool:
+        return bool(self.facts.get("payload_in_image", False))
+
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv`` as the SSH host must run it: inside the target's container when it has one."""
+        return [*self.facts.get("exec_prefix", []), *argv]
+
+    def host_path(self, path: str) -> str:
+        """Where a file under ``runs_dir`` lies on the SSH host (a container's runs_dir is a bind mount)."""
+        host_runs = self.facts.get("host_runs_dir")
+        if host_runs and (path == self.runs_dir or path.startswith(self.runs_dir + "/")):
+            return str(host_runs) + path[len(self.runs_dir) :]
+        return path
 
     def ansible_vars(self) -> dict[str, Any]:
         """Host variables for an inventory that reaches this target the way fabric does."""
@@ -92,6 +121,15 @@ class LayerSpec:
     inventory: Path
     options: dict[str, Any] = field(default_factory=dict)
     artifacts_dir: Path | None = None
+    #: For a stacked layer (ctr-vm): the targets of the layer it runs on (vm), when the campaign brought
+    #: them up already; else None, and the layer brings its own up with ``below_options``.
+    below: list[Target] | None = None
+    below_options: dict[str, Any] = field(default_factory=dict)
+    #: The campaign's wheelhouse (one build for every layer and the deploy, so all carry the same
+    #: payload hash); None: the provider builds it.
+    wheelhouse: Any = None
+    #: Layers the campaign will stack on this one's targets (vm: ["ctr-vm"]), so it can prepare for them.
+    stacked: list[str] = field(default_factory=list)
 
 
 @runtime_checkable

@@ -513,13 +513,16 @@ def render_inventory(st: TestbedState) -> str:
     """The Ansible inventory for a testbed: YAML with the dlinfra host variables filled in."""
     python = os.path.realpath(sys.executable)
     hosts: dict[str, Any] = {}
-    for h in st.hosts:
+    for i, h in enumerate(st.hosts):
         hosts[h.name] = {
             "ansible_host": h.address,
             "dlinfra_home": h.home,
             "dlinfra_cpus": h.cpus,
             "dlinfra_netns": h.netns,
         }
+        if i == 0:  # every testbed host is a slice of this machine; the first one stands for its hypervisor
+            hosts[h.name]["dlinfra_layers"] = ["bm", "ctr", "vm", "ctr-vm"]
+            hosts[h.name]["dlinfra_libvirt_uri"] = "qemu:///system"
     inventory = {
         "all": {
             "vars": {
@@ -530,7 +533,7 @@ def render_inventory(st: TestbedState) -> str:
                 "ansible_python_interpreter": python,
                 "dlinfra_python": python,
                 "dlinfra_known_hosts": str(st.known_hosts),
-                "dlinfra_layers": ["bm"],
+                "dlinfra_layers": ["bm", "ctr"],
             },
             "children": {f"testbed_{st.name.replace('-', '_')}": {"hosts": hosts}},
         }

@@ -69,7 +69,7 @@ def test_demo_campaign_rows_name_the_real_host(deployed, tmp_path: Path) -> None
     db = tmp_path / "demo.db"
     started = time.monotonic()
     proc = run_cli(
-        "--db", str(db), "run", "campaigns/demo.yml", "--inventory", INVENTORY,
+        "--db", str(db), "run", "campaigns/demo.yml", "--inventory", INVENTORY, "--layer", "bm",
         "--campaign-id", "demo-it", "--artifacts", str(tmp_path / "art"),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr

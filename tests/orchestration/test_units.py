@@ -79,12 +79,18 @@ def test_pack_gives_disjoint_cpu_sets_or_refuses(tmp_path: Path) -> None:
         expand(spec, {"bm": _targets(1, cpus=2)})
 
 
-def test_spread_needs_enough_hosts(tmp_path: Path) -> None:
+def test_spread_over_fewer_hosts_goes_round_robin_and_splits_cpus(tmp_path: Path) -> None:
     spec = load_spec(
-        _spec(tmp_path, "workloads:\n  - {name: mnist-dnn, matrix: {mode: [ps-async], ps: [1], workers: [3]}}\n")
+        _spec(tmp_path, "workloads:\n  - {name: mnist-dnn, matrix: {mode: [ps-async], ps: [1], workers: [2]}}\n")
     )
-    with pytest.raises(SpecError, match="spread needs 4 distinct hosts"):
-        expand(spec, {"bm": _targets(2)})
+    targets = _targets(2, cpus=2)
+    (cell,) = expand(spec, {"bm": targets})
+    procs = plan(cell, {t.name: t for t in targets})
+    where = {(p.role, p.index): p.target.name for p in procs}
+    assert where == {("ps", 0): "h1", ("worker", 0): "h2", ("worker", 1): "h1", ("chief", 0): "h2"}
+    for host in ("h1", "h2"):
+        sets = [set(p.cpus) for p in procs if p.target.name == host]
+        assert len(sets) == 2 and sets[0].isdisjoint(sets[1]) and all(sets)
 
 
 def test_hosts_pattern_that_matches_nothing(tmp_path: Path) -> None:
@@ -128,3 +134,34 @@ def test_parse_cpus() -> None:
     for bad in ("", "3-1", "x", "-1"):
         with pytest.raises(ValueError):
             parse_cpus(bad)
+
+
+def test_a_workload_can_be_kept_to_some_layers(tmp_path: Path) -> None:
+    body = (
+        "layers: [bm, vm]\n"
+        "workloads:\n"
+        "  - {name: mnist-dnn, matrix: {mode: [single]}}\n"
+        "  - {name: mnist-dnn, layers: [bm], matrix: {mode: [ps-async]}}\n"
+    )
+    spec = load_spec(_spec(tmp_path, body))
+    vm = [Target(layer="vm", name="vm1", physical_host="h1", address="10.0.9.2", cpu_set=[0])]
+    cells = expand(spec, {"bm": _targets(3), "vm": vm})
+    assert sorted((c.layer, c.mode) for c in cells if c.layer == "vm") == [("vm", "single")]
+    assert {c.mode for c in cells if c.layer == "bm"} == {"single", "ps-async"}
+    bad = _spec(tmp_path, body.replace("layers: [bm], ", "layers: [ctr], "))
+    with pytest.raises(SpecError, match=r"c.yml:\d+: .*layers.*must list layers of the campaign"):
+        load_spec(bad)
+
+
+def test_a_container_target_runs_commands_in_its_container_and_maps_its_runs_folder() -> None:
+    t = Target(
+        layer="ctr", name="c1", physical_host="h1", address="10.0.0.1", home="/opt/dlinfra",
+        facts={"exec_prefix": ["docker", "exec", "-i", "c1"], "host_runs_dir": "/srv/ctr/c1",
+               "peer_address": "172.18.0.2"},
+    )  # fmt: skip
+    assert t.command([t.python, "-V"]) == ["docker", "exec", "-i", "c1", "/opt/dlinfra/venv/bin/python", "-V"]
+    assert t.host_path("/opt/dlinfra/runs/camp/x-r0/single-0.json") == "/srv/ctr/c1/camp/x-r0/single-0.json"
+    assert t.host_path("/opt/dlinfra/runsx/y") == "/opt/dlinfra/runsx/y"
+    assert t.peer_address == "172.18.0.2"
+    bm = _targets(1)[0]
+    assert bm.command(["true"]) == ["true"] and bm.peer_address == bm.address

@@ -3,19 +3,15 @@
 On this machine KVM cannot run a guest kernel, so the guest runs under QEMU
 TCG (``emulation="require"``) and its target is marked emulated; everything
 else (libvirtd, virtlogd, the NAT network, qcow2 overlays, the seed disk, sshd
-with the seeded host key) is the real thing. The image carries the payload
-installed from the same wheelhouse the ``bm`` layer gets (installing TensorFlow
-inside an emulated guest takes many minutes); the payload test runs the real
-deploy (payload role + identity check: same payload hash as ``bm``) and a tiny
-``mnist-dnn`` in the guest, and stores its row. The last test tears down and checks that virsh
-shows nothing of the run.
+with the seeded host key) is the real thing. The payload in a guest, deployed
+and run by ``dlinfra run``, is ``test_campaign.py``'s. The last test tears down
+and checks that virsh shows nothing of the run.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -48,10 +44,10 @@ def vm(tmp_path_factory):
     from dlinfra.providers.libvirt.spec import GuestSpec
 
     started = time.monotonic()
-    try:  # the image carries the payload pre-installed from the same wheelhouse; deploy then verifies it
+    try:  # the image test_campaign.py uses too (the payload baked in): built once, cached
         wheelhouse = build_wheelhouse()
     except DlinfraError:
-        wheelhouse = None  # the payload test then installs inside the guest (slow under emulation)
+        wheelhouse = None  # an image without the payload boots the same
     image = build_guest_image(payload=wheelhouse)
     FIGURES["wheelhouse_and_image_s"] = round(time.monotonic() - started, 1)
     provider = LibvirtProvider(image=image, state_dir=tmp_path_factory.mktemp("vm-state"), boot_timeout=480)
@@ -101,51 +97,6 @@ def test_wrong_host_key_is_refused(vm, tmp_path: Path) -> None:
     known.write_text(f"{target.address} {' '.join(Path(str(other) + '.pub').read_text().split()[:2])}\n")
     result = guest_run(dataclasses.replace(target, known_hosts=str(known)), ["true"], timeout=60)
     assert result.returncode != 0 and "host key" in result.stderr.lower()
-
-
-def test_payload_runs_in_the_guest(vm, tmp_path: Path) -> None:
-    """Deploy the shared wheelhouse (same payload hash as bm), run a tiny mnist-dnn, store its row (emulated)."""
-    _provider, target, wheelhouse = vm
-    need(shutil.which("ansible-playbook") is not None, "ansible-core on the controller")
-    from dlinfra.orchestration.deploy import deploy
-    from dlinfra.record import RunRecord
-    from dlinfra.results.store import CellOutcome, open_store
-
-    started = time.monotonic()
-    # The wheelhouse the image was baked from: in a tree being edited, a fresh build could differ.
-    result = deploy([target], quiet=True, wheelhouse=wheelhouse)
-    FIGURES["deploy_s"] = round(time.monotonic() - started, 1)
-    assert target.facts["identity"]["payload_hash"] == result.wheelhouse.payload_hash
-    context = {
-        "campaign_id": "vm-test",
-        "cell_config": {"workload": "mnist-dnn", "steps": 10},
-        "cell_hash": "vmtest",
-        "repeat": 0,
-        "layer": "vm",
-        "physical_host": target.physical_host,
-        "target_address": target.address,
-        "emulated": target.emulated,
-        "devices": target.devices,
-    }
-    argv = [target.python, "-m", "dlinfra.payload", "run", "--workload", "mnist-dnn", "--warmup-steps", "2"]
-    argv += ["--steps", "10", "--batch-size", "64", "--context-json", json.dumps(context)]
-    argv += ["--out", f"{target.home}/vm-test.json"]
-    started = time.monotonic()
-    run = guest_run(target, argv, timeout=900)
-    FIGURES["mnist_dnn_wall_s"] = round(time.monotonic() - started, 1)
-    assert run.returncode == 0, run.stderr[-2000:]
-    record = RunRecord.from_json(guest_run(target, ["cat", f"{target.home}/vm-test.json"]).stdout)
-    assert record.provenance.layer == "vm" and record.provenance.emulated
-    assert record.provenance.payload_hash == result.wheelhouse.payload_hash
-    FIGURES["mnist_dnn_metrics"] = json.dumps(record.to_dict().get("metrics", {}), default=str)[:600]
-    with open_store(f"sqlite:///{tmp_path / 'results.db'}") as store:
-        store.add_campaign("vm-test", "vm-test", {})
-        outcome = CellOutcome("vm-test", "vmtest", 0, "vm", "mnist-dnn", context["cell_config"], "ok")
-        assert store.store_cell(outcome, [record]) == 1
-        [row] = store.runs("vm-test")
-    assert row["layer"] == "vm" and row["emulated"] == 1
-    FIGURES["examples_per_sec"] = row["examples_per_sec"]
-    FIGURES["step_time_median_s"] = row["step_time_median_s"]
 
 
 def test_teardown_leaves_nothing(vm) -> None:

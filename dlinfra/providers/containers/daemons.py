@@ -164,11 +164,11 @@ def stop_dockerd(netns: str, wait_s: float = 30.0) -> bool:
         time.sleep(0.2)
     if _pid(paths.pidfile) == pid:
         os.kill(pid, signal.SIGKILL)
-    _unmount_under(paths.exec_root)
+    unmount_under(paths.exec_root)
     return True
 
 
-def _unmount_under(folder: str | None) -> None:
+def unmount_under(folder: str | None) -> None:
     """Unmount what a stopped dockerd left under its own exec-root (it keeps netns/default bind-mounted)."""
     if not folder:
         return

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.inventory import match_pattern
 from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.containers import daemons
 from dlinfra.providers.containers.engine import ENGINES, Engine
@@ -46,6 +48,7 @@ from dlinfra.providers.containers.run import (
 HOME_IN_CONTAINER = "/opt/dlinfra"  # so Target.python is the image's venv: /opt/dlinfra/venv/bin/python
 _OPTIONS = {
     "engine",
+    "hosts",
     "placement",
     "processes_per_host",
     "network",
@@ -71,6 +74,7 @@ class HostEngine:
     loaded_images: list[str] = field(default_factory=list)
     started_dockerd: bool = False
     results_root: str | None = None
+    results_owner: str | None = None  # "UID:GID" of results_root: containers run as it
 
 
 def _split(cpus: list[int], parts: int) -> list[list[int]]:
@@ -99,8 +103,26 @@ def ssh_via(host: Any) -> tuple[str, ...]:
     return tuple(via)
 
 
+def _names(host: Any) -> set[str]:
+    return {host.name, *host.groups}
+
+
+def _remote(engine: Engine, argv: list[str], *, check: bool = True, timeout: float = 120) -> None:
+    """Run ``argv`` on the engine's SSH host; ssh hands the remote shell one string, so it is quoted here."""
+    subprocess.run([*engine.via, shlex.join(argv)], check=check, capture_output=True, timeout=timeout)
+
+
 def _no_init_system() -> bool:
     return not Path("/run/systemd/system").exists()
+
+
+def controller_engine(kind: str) -> Engine:
+    """The controller's engine, which builds and saves the image (dockerd started here if no init system)."""
+    if kind == "docker" and _no_init_system():
+        return daemons.ensure_dockerd(None, host="controller")
+    engine = Engine(kind, host="controller")  # type: ignore[arg-type]
+    engine.check_available()
+    return engine
 
 
 class ContainerProvider:
@@ -108,7 +130,8 @@ class ContainerProvider:
 
     layer = "ctr"
 
-    def __init__(self) -> None:
+    def __init__(self, layer: str = "ctr") -> None:
+        self.layer = layer  # "ctr-vm" when the hosts are guests (see in_vm.py)
         self.run_id: str | None = None
         self.keep_images = False
         self.hosts: list[HostEngine] = []
@@ -132,6 +155,12 @@ class ContainerProvider:
         n = opts.get("processes_per_host", 1)
         if not isinstance(n, int) or n < 1:
             raise DlinfraError(f"layer ctr: processes_per_host {n!r} must be a positive integer")
+        if "hosts" in opts and (
+            not isinstance(opts["hosts"], list) or not all(isinstance(h, str) for h in opts["hosts"])
+        ):
+            raise DlinfraError(
+                f"layer ctr: hosts {opts['hosts']!r} must be a list of host patterns (names, groups, all[0])"
+            )
         if placement == "single" and n != 1:
             raise DlinfraError("layer ctr: placement single runs one process per host", "use spread or pack")
         for key in ("ports_per_container", "port_base"):
@@ -160,28 +189,23 @@ class ContainerProvider:
         engine.check_available()
         return HostEngine(host.name, engine)
 
-    @staticmethod
-    def _local_engine(kind: str) -> Engine:
-        """The controller's engine, which builds and saves the image (dockerd started here if no init system)."""
-        if kind == "docker" and _no_init_system():
-            return daemons.ensure_dockerd(None, host="controller")
-        engine = Engine(kind, host="controller")  # type: ignore[arg-type]
-        engine.check_available()
-        return engine
-
     def _results_root(self, he: HostEngine, host: Any, run_id: str) -> str:
         """The host folder holding this run's bind-mounted results (created; absolute)."""
         home = str(host.home)
         if not he.engine.via:
             root = Path(os.path.expanduser(home)) / "ctr" / run_id
             root.mkdir(parents=True, exist_ok=True)
+            he.results_owner = f"{root.stat().st_uid}:{root.stat().st_gid}"
             return str(root)
         if not home.startswith("/"):
             out = subprocess.run([*he.engine.via, 'echo "$HOME"'], capture_output=True, text=True, timeout=60)
             base = out.stdout.strip()
             home = f"{base}/{home[2:] if home.startswith('~/') else home}"
         root = f"{home}/ctr/{run_id}"
-        subprocess.run([*he.engine.via, "mkdir", "-p", root], check=True, capture_output=True, timeout=60)
+        _remote(he.engine, ["mkdir", "-p", root], timeout=60)
+        owner = subprocess.run([*he.engine.via, shlex.join(["stat", "-c", "%u:%g", root])], capture_output=True,
+                               text=True, timeout=60)  # fmt: skip
+        he.results_owner = owner.stdout.strip() or None
         return root
 
     # ------------------------------------------------------------------ up
@@ -189,10 +213,15 @@ class ContainerProvider:
         if self.targets:
             return self.targets
         opts = self._options(spec)
-        hosts = [h for h in spec.hosts if "ctr" in h.layers]
+        hosts = [h for h in spec.hosts if self.layer in h.layers]
+        if opts.get("hosts"):  # only the hosts these patterns name (as a workload's hosts) get containers
+            chosen = [h for pattern in opts["hosts"] for h in match_pattern(pattern, hosts, _names)]
+            hosts = [h for h in hosts if h in chosen]
         if not hosts:
+            picked = f" among layer option hosts {opts['hosts']}" if opts.get("hosts") else ""
             raise TargetError(
-                f"inventory {spec.inventory} has no host that carries layer ctr", "add ctr to its dlinfra_layers"
+                f"inventory {spec.inventory} has no host that carries layer {self.layer}{picked}",
+                f"add {self.layer} to its dlinfra_layers" + (", or fix the hosts patterns" if picked else ""),
             )
         self.run_id = run_id = opts["run_id"]
         self.keep_images = bool(opts.get("keep_images", False))
@@ -205,12 +234,12 @@ class ContainerProvider:
         else:
             from dlinfra.orchestration.wheelhouse import build_wheelhouse
 
-            built_wh = build_wheelhouse()
+            built_wh = spec.wheelhouse or build_wheelhouse()
             wh_path, wh_lock = built_wh.path, built_wh.lock
         kinds = sorted({he.engine.kind for he in self.hosts})
         images: dict[str, str] = {}
         for kind in kinds:
-            local = self._local_engine(kind)
+            local = controller_engine(kind)
             built = build_payload_image(local, wh_path, wh_lock, base=opts.get("base_image"))
             images[kind] = built.tag
             tarball: Path | None = None
@@ -240,7 +269,7 @@ class ContainerProvider:
                 name = f"dlinfra-{run_id}-{host.name}-{i}"
                 host_runs = f"{he.results_root}/{name}"
                 if he.engine.via:
-                    subprocess.run([*he.engine.via, "mkdir", "-p", host_runs], check=True, capture_output=True)
+                    _remote(he.engine, ["mkdir", "-p", host_runs])
                 else:
                     Path(host_runs).mkdir(parents=True, exist_ok=True)
                 ports = tuple(port_base + i * max(ports_each, 1) + k for k in range(ports_each)) if publish else ()
@@ -257,7 +286,8 @@ class ContainerProvider:
                     ),
                     volumes=((host_runs, f"{HOME_IN_CONTAINER}/runs"),),  # the target's runs_dir, seen on the host
                     ports=ports,
-                    labels={"dlinfra.layer": "ctr", "dlinfra.host": host.name},
+                    labels={"dlinfra.layer": self.layer, "dlinfra.host": host.name},
+                    user=he.results_owner,
                 )
                 record = self._start(he, cspec)
                 self.targets.append(self._target(host, he, cspec, record, host_runs, chunk, ports))
@@ -283,7 +313,7 @@ class ContainerProvider:
         if he.engine.kind == "podman" and he.engine.netns:
             conmon = int((record.get("State") or {}).get("ConmonPid") or 0) or None
         return Target(
-            layer="ctr",
+            layer=self.layer,
             name=cspec.name,
             physical_host=host.name,
             address=host.address,  # SSH goes to the host; peers use facts["peer_address"]
@@ -297,6 +327,14 @@ class ContainerProvider:
             emulated=bool(hv.get("dlinfra_emulated", False)),
             home=HOME_IN_CONTAINER,
             base_python=f"{VENV}/bin/python",
+            details={
+                "container": cspec.name,
+                "engine": he.engine.kind,
+                "image": cspec.image,
+                "network": str(cspec.network),
+                "limits": limits,
+                "published_ports": list(ports),
+            },
             facts={
                 "exec_prefix": he.engine.exec_argv(cspec.name, [], mount_ns_of=conmon),
                 "host_runs_dir": host_runs,
@@ -321,7 +359,7 @@ class ContainerProvider:
             remove_run(he.engine, self.run_id, images=images)
             if he.results_root:
                 if he.engine.via:
-                    subprocess.run([*he.engine.via, "rm", "-rf", he.results_root], capture_output=True, check=False)
+                    _remote(he.engine, ["rm", "-rf", he.results_root], check=False)
                 else:
                     shutil.rmtree(he.results_root, ignore_errors=True)
             if he.started_dockerd and he.engine.netns:

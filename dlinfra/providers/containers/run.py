@@ -225,6 +225,7 @@ class ContainerSpec:
     labels: dict[str, str] = field(default_factory=dict)
     read_only: bool = True
     command: tuple[str, ...] = ("sleep", "infinity")
+    user: str | None = None  # "UID:GID": the owner of the bound results folder (root needs no capability then)
 
 
 def create_args(engine: Engine, spec: ContainerSpec) -> list[str]:
@@ -237,6 +238,8 @@ def create_args(engine: Engine, spec: ContainerSpec) -> list[str]:
     for key, value in spec.labels.items():
         args += ["--label", f"{key}={value}"]
     args += ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+    if spec.user:
+        args += ["--user", spec.user]
     if spec.read_only:
         args += ["--read-only", "--tmpfs", "/tmp:rw,exec,size=1g"]  # noqa: S108 - the container's own /tmp
     if spec.results_dir:

@@ -1,0 +1,109 @@
+"""bm and ctr cells in one campaign on the real testbed: real dockerd per host namespace, real TF.
+
+The ctr layer runs two containers per host (``spread``, seed 000's "Docker
+Multiple"), each pinned to one of the host's CPUs, in the host's own network.
+The same campaign measures bm on the same hosts, so every row can be compared:
+same payload hash, and each container row records the CPU set the container
+was given. Teardown is checked on each host's dockerd afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from support import need_binary, run_cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+RUN_ID = "itctr"
+
+
+def _runs(db: Path, campaign: str) -> list[sqlite3.Row]:
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute("SELECT * FROM runs WHERE campaign_id = ?", (campaign,)).fetchall()
+    finally:
+        conn.close()
+
+
+def _spec(tmp_path: Path, hosts: list[str]) -> Path:
+    spec = tmp_path / "bm-ctr.yml"
+    spec.write_text(
+        "name: bm-ctr\n"
+        "inventory: testbed:dlit\n"
+        "layers: [bm, ctr]\n"
+        "warmup_steps: 5\nsteps: 30\ncell_timeout: 300\npeer_timeout: 90\n"
+        "layer_options:\n"
+        f"  ctr: {{engine: docker, hosts: [{', '.join(hosts)}], placement: spread, processes_per_host: 2,\n"
+        f"         network: host, run_id: {RUN_ID}}}\n"
+        "workloads:\n"
+        "  - name: mnist-dnn\n"
+        "    hosts: ['all[0]']\n"
+        "    matrix: {mode: [single], batch_size: [64]}\n"
+        "  - name: mnist-dnn\n"
+        f"    hosts: [{', '.join(hosts)}]\n"
+        "    matrix: {mode: [ps-async], batch_size: [64], ps: [1], workers: [2], placement: [spread]}\n"
+    )
+    return spec
+
+
+def test_bm_and_ctr_cells_in_one_campaign(deployed, tmp_path: Path) -> None:
+    need_binary("dockerd")
+    from dlinfra.providers.containers.daemons import ensure_dockerd, stop_dockerd
+    from dlinfra.providers.containers.run import RUN_LABEL, parse_cpuset
+
+    hosts = deployed.bed.state.hosts[:2]
+    db = tmp_path / "r.db"
+    proc = run_cli(
+        "--db", str(db), "run", str(_spec(tmp_path, [h.name for h in hosts])),
+        "--campaign-id", "bm-ctr-it", "--artifacts", str(tmp_path / "art"), timeout=1500,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "4 ok, 0 failed" in proc.stdout
+    runs = _runs(db, "bm-ctr-it")
+    assert len(runs) == 2 + 2 * 4  # a single row per layer, chief + ps + 2 workers per layer
+    assert all(r["status"] == "ok" for r in runs)
+    # The very bytes the bm hosts run are what the image carries.
+    assert {r["payload_hash"] for r in runs} == {deployed.result.payload_hash}
+
+    records = [json.loads(r["record_json"]) for r in runs]
+    ctr = [rec["provenance"] for rec in records if rec["provenance"]["layer"] == "ctr"]
+    bm = [rec["provenance"] for rec in records if rec["provenance"]["layer"] == "bm"]
+    assert len(ctr) == len(bm) == 5
+    for p in ctr:
+        details = p["target_details"]
+        assert details["engine"] == "docker" and details["network"] == "host"
+        assert details["container"].startswith(f"dlinfra-{RUN_ID}-")
+        given = parse_cpuset(details["limits"]["cpuset"])
+        assert len(given) == 1  # two containers per host, one CPU each
+        assert set(p["cpu_set"]) == set(given), (details["container"], p["cpu_set"], given)
+        assert details["limits"]["cap_drop"] and not details["limits"]["privileged"]
+        assert p["physical_host"] in {h.name for h in hosts}
+    # ps-async across two hosts in both layers: each process in its own container for ctr.
+    for rows in (ctr, bm):
+        dist = [p for p in rows if p["mode"] == "ps-async"]
+        assert sorted((p["role"], p["task_index"]) for p in dist) == [
+            ("chief", 0),
+            ("ps", 0),
+            ("worker", 0),
+            ("worker", 1),
+        ]
+        assert {p["physical_host"] for p in dist} == {h.name for h in hosts}
+    assert len({p["target_details"]["container"] for p in ctr if p["mode"] == "ps-async"}) == 4
+
+    # Teardown: nothing of the run is left on either host's dockerd.
+    for host in hosts:
+        engine = ensure_dockerd(host.netns, host=host.name)
+        try:
+            label = f"label={RUN_LABEL}={RUN_ID}"
+            assert engine.run("ps", "-a", "--quiet", "--filter", label, what="ps").stdout.strip() == ""
+            assert engine.run("network", "ls", "--quiet", "--filter", label, what="networks").stdout.strip() == ""
+            tags = engine.run("images", "--format", "{{.Repository}}:{{.Tag}}", what="images").stdout.split()
+            images = {json.loads(r["record_json"])["provenance"]["target_details"].get("image") for r in runs}
+            assert not (images - {None}) & set(tags)
+        finally:
+            stop_dockerd(host.netns)

@@ -1,0 +1,95 @@
+"""``dlinfra run`` with vm and ctr-vm cells: a real guest under the real libvirtd, a real dockerd inside it.
+
+On this machine KVM cannot run a guest kernel, so the campaign says
+``emulation: require``: the guest runs under QEMU TCG and every row is marked
+emulated. Both layers share the guest (ctr-vm stacks on vm): the vm cell runs
+the payload baked into the guest image, the ctr-vm cell runs it in the payload
+image (shipped into the guest's dockerd) inside the same guest. Afterwards
+virsh shows nothing of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from support import need, need_binary, need_module, run_cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(3000)]
+
+RUN_ID = "itcv"
+
+
+def _virsh(*args: str) -> str:
+    return subprocess.run(["virsh", "-c", "qemu:///system", *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_vm_and_ctr_vm_cells_are_stored_emulated_and_torn_down(tmp_path: Path) -> None:
+    need(os.geteuid() == 0, "root (libvirtd and the image build need it)")
+    for tool in ("libvirtd", "qemu-system-x86_64", "qemu-img", "debootstrap", "dockerd", "ansible-playbook"):
+        need_binary(tool)
+    need_module("libvirt")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  hosts:\n    hv1:\n      ansible_host: 127.0.0.1\n"
+        "      dlinfra_layers: [vm, ctr-vm]\n      dlinfra_libvirt_uri: qemu:///system\n"
+    )
+    spec = tmp_path / "vm.yml"
+    spec.write_text(
+        "name: vm-ctr-vm\n"
+        f"inventory: {inventory}\n"
+        "layers: [vm, ctr-vm]\n"
+        "warmup_steps: 2\nsteps: 10\ncell_timeout: 1200\n"
+        "layer_options:\n"
+        "  vm: {vcpus: 1, memory_mib: 2048, emulation: require, boot_timeout: 900}\n"
+        f"  ctr-vm: {{engine: docker, run_id: {RUN_ID}}}\n"
+        "workloads:\n"
+        "  - name: mnist-dnn\n"
+        "    matrix: {mode: [single], batch_size: [64], data: [synthetic]}\n"
+    )
+    db = tmp_path / "r.db"
+    before = set(_virsh("list", "--all", "--name").split())
+    started = time.monotonic()
+    proc = run_cli("--db", str(db), "run", str(spec), "--campaign-id", "vm-it", "--artifacts", str(tmp_path / "art"),
+                   timeout=2900)  # fmt: skip
+    wall = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 ok, 0 failed" in proc.stdout
+
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    runs = {r["layer"]: r for r in conn.execute("SELECT * FROM runs WHERE campaign_id = 'vm-it'")}
+    conn.close()
+    assert set(runs) == {"vm", "ctr-vm"}
+    assert all(r["status"] == "ok" and r["emulated"] == 1 and r["physical_host"] == "hv1" for r in runs.values())
+    assert len({r["payload_hash"] for r in runs.values()}) == 1  # the guest's venv and the image: same bytes
+    vm = json.loads(runs["vm"]["record_json"])["provenance"]
+    ctr = json.loads(runs["ctr-vm"]["record_json"])["provenance"]
+    assert vm["target_details"]["virt_type"] == "qemu" and vm["target_details"]["vcpus"] == 1
+    assert vm["hostname"] == "vm1"
+    assert ctr["target_details"]["engine"] == "docker"
+    assert ctr["target_details"]["guest"]["domain"] == vm["target_details"]["domain"]  # the same guest
+    assert ctr["hostname"].startswith(f"dlinfra-{RUN_ID}-vm1-")  # the container's own hostname
+    print(
+        "\nvm/ctr-vm figures:",
+        json.dumps({
+            "campaign_wall_s": round(wall, 1),
+            "boot_to_ssh_s": vm["target_details"].get("boot_to_ssh_s"),
+            "vm_examples_per_sec": runs["vm"]["examples_per_sec"],
+            "ctr_vm_examples_per_sec": runs["ctr-vm"]["examples_per_sec"],
+            "vm_elapsed_s": runs["vm"]["elapsed_s"],
+            "ctr_vm_elapsed_s": runs["ctr-vm"]["elapsed_s"],
+        }),
+    )  # fmt: skip
+
+    # Teardown: the run's domain, volumes and network are gone; nothing else was touched.
+    domain = vm["target_details"]["domain"]
+    label = domain.split("-")[1]
+    assert set(_virsh("list", "--all", "--name").split()) == before
+    assert label not in _virsh("vol-list", "dlinfra")
+    assert label not in _virsh("net-list", "--all", "--name")
