@@ -175,10 +175,29 @@ def run_campaign(
     inventory_path = spec.inventory_path(inventory)
     cid = _resolve_campaign_id(store, spec, campaign_id, resume)
     artifacts = Path(artifacts) if artifacts else Path("artifacts") / cid
-    say = (lambda *a: None) if quiet else console.print
-
     wheelhouse = build_wheelhouse()  # once: the images and every target get these very bytes
     targets_by_layer, providers = bring_up(spec, inventory_path, artifacts, wheelhouse)
+    try:  # whatever happens next (a deploy failure, Ctrl-C, a bad cell), what bring_up made is removed
+        return _measure(spec, store, cid, artifacts, targets_by_layer, wheelhouse, resume, skip_deploy, console, quiet)
+    finally:
+        for provider in reversed(providers):  # stacked layers first: ctr-vm's containers before vm's guests
+            provider.down()
+
+
+def _measure(
+    spec: CampaignSpec,
+    store: ResultsStore,
+    cid: str,
+    artifacts: Path,
+    targets_by_layer: dict[str, list[Target]],
+    wheelhouse: Wheelhouse,
+    resume: bool,
+    skip_deploy: bool,
+    console: Console,
+    quiet: bool,
+) -> CampaignResult:
+    """Deploy to the targets the remaining cells use, then run and store each cell x repeat."""
+    say = (lambda *a: None) if quiet else console.print
     all_targets = [t for ts in targets_by_layer.values() for t in ts]
     cells = expand(spec, targets_by_layer)
     # Repeat-major: repeat 0 of every cell, then repeat 1, ... so drift in a machine's load hits every
@@ -189,8 +208,6 @@ def run_campaign(
     result = CampaignResult(cid, len(todo_all), len(todo_all) - len(todo))
     say(f"campaign [bold]{cid}[/bold]: {len(todo_all)} cell runs, {result.skipped} already stored, {len(todo)} to run")
     if not todo:
-        for provider in reversed(providers):
-            provider.down()
         return result
 
     used = {t.name for cell, _ in todo for t_name in cell.targets for t in all_targets if t.name == t_name}
@@ -255,6 +272,4 @@ def run_campaign(
                     break
     finally:
         launcher.close()
-        for provider in reversed(providers):  # stacked layers first: ctr-vm's containers before vm's guests
-            provider.down()
     return result

@@ -87,3 +87,16 @@ def test_cpuset_round_trip(text, cpus) -> None:
     assert parse_cpuset(text, "x") == cpus
     if cpus:
         assert parse_cpuset(format_cpuset(cpus), "x") == cpus
+
+
+def test_older_base_volumes_are_pruned_unless_a_run_is_live(test_conn) -> None:
+    from dlinfra.providers.libvirt import storage
+
+    pool = test_conn.storagePoolLookupByName("default-pool")
+    for name in ("dlinfra-base-old1-disk", "dlinfra-base-new2-disk", "dlinfra-rabc-vm1.qcow2", "other.img"):
+        pool.createXML(storage._volume_xml(name, 1024, "raw", "0644"), 0)
+    assert storage.prune_bases(pool, "new2") == []  # a run's overlay may be backed by any base
+    pool.storageVolLookupByName("dlinfra-rabc-vm1.qcow2").delete(0)
+    assert storage.prune_bases(pool, "new2") == ["dlinfra-base-old1-disk"]
+    left = sorted(v.name() for v in pool.listAllVolumes(0))
+    assert "dlinfra-base-new2-disk" in left and "other.img" in left and "dlinfra-base-old1-disk" not in left

@@ -227,7 +227,9 @@ class ContainerProvider:
         self.keep_images = bool(opts.get("keep_images", False))
         for host in hosts:  # fail fast, naming the host, before building anything
             kind = str(opts.get("engine") or host.vars.get("dlinfra_container_engine", "docker"))
-            self.hosts.append(self._engine_for(host, kind))
+            he = self._engine_for(host, kind)
+            remove_run(he.engine, run_id)  # what a killed earlier run with this (explicit) run_id left
+            self.hosts.append(he)
         if opts.get("wheelhouse"):  # a prebuilt folder with requirements.lock (air-gapped sites, tests)
             wh_path = Path(str(opts["wheelhouse"]))
             wh_lock = wh_path / "requirements.lock"

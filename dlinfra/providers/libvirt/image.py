@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 IMAGE_FORMAT_VERSION = 5  # bump when the customisation below changes: a new cache entry is built
 GUEST_PACKAGES = (
+    "apparmor",  # the guest kernel enables AppArmor: dockerd then needs apparmor_parser for docker-default
     "ca-certificates",
     "docker.io",  # the ctr-vm layer's engine; socket-activated, so a plain vm guest never starts it
     "e2fsprogs",

@@ -108,6 +108,7 @@ def ensure_base(
     marker_name = f"dlinfra-base-{key}.complete"
     names = {role: f"dlinfra-base-{key}-{role}" for role in files}
     if lookup(pool, marker_name) is None:
+        prune_bases(pool, key)
         for role, (path, fmt) in files.items():
             upload(conn, pool, names[role], path, fmt, mode="0644")
         pool.createXML(_volume_xml(marker_name, 0, "raw", "0644"), 0)
@@ -121,6 +122,21 @@ def ensure_base(
             )
         paths[role] = vol.path()
     return paths
+
+
+def prune_bases(pool: libvirt.virStoragePool, keep_key: str) -> list[str]:
+    """Delete the base volumes of older images (each is GBs), unless some run's overlay still exists.
+
+    Why only then: an overlay may be backed by any base, and a run's volumes all start ``dlinfra-r``.
+    """
+    pool.refresh(0)
+    volumes = pool.listAllVolumes(0)
+    if any(vol.name().startswith("dlinfra-r") for vol in volumes):
+        return []
+    stale = [v for v in volumes if v.name().startswith("dlinfra-base-") and f"-{keep_key}" not in v.name()]
+    for vol in stale:
+        vol.delete(0)
+    return [vol.name() for vol in stale]
 
 
 def create_overlay(
