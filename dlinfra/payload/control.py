@@ -7,7 +7,11 @@ there is none) listens on a small TCP port; every other task connects, says
 hello and sends a heartbeat every second. JSON lines, one message per line:
 
 * task -> controller: ``hello`` (task, address), ``hb``, ``bye`` (finished cleanly)
-* controller -> task: ``hb``, ``done`` (final global step), ``abort`` (reason)
+* controller -> task: ``welcome`` (answers hello), ``hb``, ``done`` (final global step), ``abort`` (reason)
+
+A task counts as connected only once ``welcome`` arrives: a published port
+(a container on a bridge network) is answered by the engine's proxy even
+before the controller listens, and that connection is then reset.
 
 A closed connection or a missing heartbeat for ``timeout`` seconds names the
 lost task; the caller writes a failure record and exits, so nothing hangs.
@@ -125,6 +129,7 @@ class ControlServer:
                     _send(conn, threading.Lock(), {"type": "abort", "reason": f"unknown task {message.get('task')}"})
                     conn.close()
                     return
+                _send(conn, peer.lock, {"type": "welcome"})  # before peer.sock is set: no heartbeat can precede it
                 peer.sock, peer.last_seen, peer.closed = conn, time.monotonic(), False
                 log.info("control: %s connected", peer.name)
             elif peer is not None:
@@ -208,6 +213,7 @@ class ControlClient:
         self.controller = controller
         self.timeout = timeout
         self.sock: socket.socket | None = None
+        self.reader: _LineReader | None = None
         self.lock = threading.Lock()
         self._stop = threading.Event()
 
@@ -218,14 +224,24 @@ class ControlClient:
         while time.monotonic() < deadline:
             try:
                 sock = socket.create_connection((self.host, self.port), timeout=min(5.0, self.timeout))
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                _send(sock, self.lock, {"type": "hello", "task": self.task, "address": self.address})
+                reader = _LineReader(sock)
+                answer = reader.read()
             except OSError as exc:
                 last = str(exc)
                 time.sleep(0.2)
                 continue
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if answer is None:  # a proxy took the connection but nobody listens behind it yet
+                sock.close()
+                last = "closed before the controller answered"
+                time.sleep(0.2)
+                continue
+            if answer.get("type") == "abort":
+                sock.close()
+                raise PeerLost(str(answer.get("reason") or f"{self.controller} refused {self.task}"))
             sock.settimeout(self.timeout)
-            self.sock = sock
-            _send(sock, self.lock, {"type": "hello", "task": self.task, "address": self.address})
+            self.sock, self.reader = sock, reader
             threading.Thread(target=self._heartbeat, name="control-heartbeat", daemon=True).start()
             return
         raise PeerLost(f"{self.controller} unreachable (control channel {self.host}:{self.port}: {last})")
@@ -237,8 +253,8 @@ class ControlClient:
 
     def wait(self) -> tuple[str, Any]:
         """Block until the run ends: ('done', global_step), ('abort', reason) or ('lost', reason)."""
-        assert self.sock is not None
-        reader = _LineReader(self.sock)
+        assert self.sock is not None and self.reader is not None
+        reader = self.reader
         while True:
             try:
                 message = reader.read()

@@ -10,6 +10,7 @@ was given. Teardown is checked on each host's dockerd afterwards.
 from __future__ import annotations
 
 import json
+import socket
 import sqlite3
 from pathlib import Path
 
@@ -30,31 +31,49 @@ def _runs(db: Path, campaign: str) -> list[sqlite3.Row]:
         conn.close()
 
 
-def _spec(tmp_path: Path, hosts: list[str]) -> Path:
-    spec = tmp_path / "bm-ctr.yml"
-    spec.write_text(
-        "name: bm-ctr\n"
-        "inventory: testbed:dlit\n"
-        "layers: [bm, ctr]\n"
+def _spec(tmp_path: Path, hosts: list[str], *, layers: str = "[bm, ctr]", network: str = "host", single: bool = True):
+    """mnist-dnn ps-async 1x2 across ``hosts`` (and a single cell on the first host unless ``single`` is off)."""
+    names = ", ".join(hosts)
+    text = (
+        f"name: bm-ctr\ninventory: testbed:dlit\nlayers: {layers}\n"
         "warmup_steps: 5\nsteps: 30\ncell_timeout: 300\npeer_timeout: 90\n"
         "layer_options:\n"
-        f"  ctr: {{engine: docker, hosts: [{', '.join(hosts)}], placement: spread, processes_per_host: 2,\n"
-        f"         network: host, run_id: {RUN_ID}}}\n"
+        f"  ctr: {{engine: docker, hosts: [{names}], placement: spread, processes_per_host: 2,\n"
+        f"         network: {network}, run_id: {RUN_ID}}}\n"
         "workloads:\n"
-        "  - name: mnist-dnn\n"
-        "    hosts: ['all[0]']\n"
-        "    matrix: {mode: [single], batch_size: [64]}\n"
-        "  - name: mnist-dnn\n"
-        f"    hosts: [{', '.join(hosts)}]\n"
+    )
+    if single:
+        text += "  - name: mnist-dnn\n    hosts: ['all[0]']\n    matrix: {mode: [single], batch_size: [64]}\n"
+    text += (
+        f"  - name: mnist-dnn\n    hosts: [{names}]\n"
         "    matrix: {mode: [ps-async], batch_size: [64], ps: [1], workers: [2], placement: [spread]}\n"
     )
+    spec = tmp_path / "bm-ctr.yml"
+    spec.write_text(text)
     return spec
+
+
+def _assert_nothing_left(hosts, runs: list[sqlite3.Row]) -> None:
+    """Each host's dockerd holds no container, network or image tag of the run."""
+    from dlinfra.providers.containers.daemons import ensure_dockerd, stop_dockerd
+    from dlinfra.providers.containers.run import RUN_LABEL
+
+    images = {json.loads(r["record_json"])["provenance"]["target_details"].get("image") for r in runs} - {None}
+    for host in hosts:
+        engine = ensure_dockerd(host.netns, host=host.name)
+        try:
+            label = f"label={RUN_LABEL}={RUN_ID}"
+            assert engine.run("ps", "-a", "--quiet", "--filter", label, what="ps").stdout.strip() == ""
+            assert engine.run("network", "ls", "--quiet", "--filter", label, what="networks").stdout.strip() == ""
+            tags = engine.run("images", "--format", "{{.Repository}}:{{.Tag}}", what="images").stdout.split()
+            assert not images & set(tags)
+        finally:
+            stop_dockerd(host.netns)
 
 
 def test_bm_and_ctr_cells_in_one_campaign(deployed, tmp_path: Path) -> None:
     need_binary("dockerd")
-    from dlinfra.providers.containers.daemons import ensure_dockerd, stop_dockerd
-    from dlinfra.providers.containers.run import RUN_LABEL, parse_cpuset
+    from dlinfra.providers.containers.run import parse_cpuset
 
     hosts = deployed.bed.state.hosts[:2]
     db = tmp_path / "r.db"
@@ -96,14 +115,30 @@ def test_bm_and_ctr_cells_in_one_campaign(deployed, tmp_path: Path) -> None:
     assert len({p["target_details"]["container"] for p in ctr if p["mode"] == "ps-async"}) == 4
 
     # Teardown: nothing of the run is left on either host's dockerd.
-    for host in hosts:
-        engine = ensure_dockerd(host.netns, host=host.name)
-        try:
-            label = f"label={RUN_LABEL}={RUN_ID}"
-            assert engine.run("ps", "-a", "--quiet", "--filter", label, what="ps").stdout.strip() == ""
-            assert engine.run("network", "ls", "--quiet", "--filter", label, what="networks").stdout.strip() == ""
-            tags = engine.run("images", "--format", "{{.Repository}}:{{.Tag}}", what="images").stdout.split()
-            images = {json.loads(r["record_json"])["provenance"]["target_details"].get("image") for r in runs}
-            assert not (images - {None}) & set(tags)
-        finally:
-            stop_dockerd(host.netns)
+    _assert_nothing_left(hosts, runs)
+
+
+def test_ps_async_across_hosts_on_bridge_networks(deployed, tmp_path: Path) -> None:
+    """Seed 002's case: containers on each host's own bridge network reach the other host's through published ports."""
+    need_binary("dockerd")
+    hosts = deployed.bed.state.hosts[:2]
+    db = tmp_path / "r.db"
+    spec = _spec(tmp_path, [h.name for h in hosts], layers="[ctr]", network="bridge", single=False)
+    proc = run_cli(
+        "--db", str(db), "run", str(spec), "--campaign-id", "ctr-bridge-it", "--artifacts", str(tmp_path / "art"),
+        timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 ok, 0 failed" in proc.stdout
+    runs = _runs(db, "ctr-bridge-it")
+    assert len(runs) == 4 and all(r["status"] == "ok" for r in runs)
+    assert {r["payload_hash"] for r in runs} == {deployed.result.payload_hash}
+    provs = [json.loads(r["record_json"])["provenance"] for r in runs]
+    by_host = {h.name: h.address for h in hosts}
+    for p in provs:
+        details = p["target_details"]
+        assert details["network"] == "bridge" and details["published_ports"]
+        assert p["target_address"] == by_host[p["physical_host"]]  # peers came in through the host's published port
+        assert p["hostname"] != socket.gethostname()  # its own UTS and network namespace, not the host's
+    assert {p["physical_host"] for p in provs} == set(by_host)
+    _assert_nothing_left(hosts, runs)
