@@ -1,10 +1,12 @@
 """``dlinfra run`` with vm and ctr-vm cells: a real guest under the real libvirtd, a real dockerd inside it.
 
-On this machine KVM cannot run a guest kernel, so the campaign says
-``emulation: require``: the guest runs under QEMU TCG and every row is marked
-emulated. Both layers share the guest (ctr-vm stacks on vm): the vm cell runs
-the payload baked into the guest image, the ctr-vm cell runs it in the payload
-image (shipped into the guest's dockerd) inside the same guest. Afterwards
+The campaign says ``emulation: allow``, as ``make demo`` does: KVM first, QEMU
+TCG when KVM is absent or refuses the guest. On this machine /dev/kvm exists
+but QEMU cannot start an ordinary guest with it, so the guest falls back to TCG,
+the refusal is recorded, and every row is marked emulated. Both layers share
+the guest (ctr-vm stacks on vm): the vm cell runs the payload baked into the
+guest image, the ctr-vm cell runs it in the payload image (shipped into the
+guest's dockerd) inside the same guest. Afterwards
 virsh shows nothing of the run.
 """
 
@@ -46,7 +48,7 @@ def test_vm_and_ctr_vm_cells_are_stored_emulated_and_torn_down(tmp_path: Path) -
         "layers: [vm, ctr-vm]\n"
         "warmup_steps: 2\nsteps: 10\ncell_timeout: 1200\n"
         "layer_options:\n"
-        "  vm: {vcpus: 1, memory_mib: 2048, emulation: require, boot_timeout: 900}\n"
+        "  vm: {vcpus: 1, memory_mib: 2048, emulation: allow, boot_timeout: 900}\n"
         f"  ctr-vm: {{engine: docker, run_id: {RUN_ID}}}\n"
         "workloads:\n"
         "  - name: mnist-dnn\n"
@@ -66,11 +68,15 @@ def test_vm_and_ctr_vm_cells_are_stored_emulated_and_torn_down(tmp_path: Path) -
     runs = {r["layer"]: r for r in conn.execute("SELECT * FROM runs WHERE campaign_id = 'vm-it'")}
     conn.close()
     assert set(runs) == {"vm", "ctr-vm"}
-    assert all(r["status"] == "ok" and r["emulated"] == 1 and r["physical_host"] == "hv1" for r in runs.values())
+    assert all(r["status"] == "ok" and r["physical_host"] == "hv1" for r in runs.values())
     assert len({r["payload_hash"] for r in runs.values()}) == 1  # the guest's venv and the image: same bytes
     vm = json.loads(runs["vm"]["record_json"])["provenance"]
     ctr = json.loads(runs["ctr-vm"]["record_json"])["provenance"]
-    assert vm["target_details"]["virt_type"] == "qemu" and vm["target_details"]["vcpus"] == 1
+    assert vm["target_details"]["vcpus"] == 1
+    emulated = vm["target_details"]["virt_type"] == "qemu"
+    assert all(r["emulated"] == emulated for r in runs.values())  # both layers run in that guest
+    if emulated:  # KVM was tried first: it refused the guest (and we say why), or there is none
+        assert vm["target_details"]["kvm_refused"] or not Path("/dev/kvm").exists()
     assert vm["hostname"] == "vm1"
     assert ctr["target_details"]["engine"] == "docker"
     assert ctr["target_details"]["guest"]["domain"] == vm["target_details"]["domain"]  # the same guest
@@ -79,6 +85,8 @@ def test_vm_and_ctr_vm_cells_are_stored_emulated_and_torn_down(tmp_path: Path) -
         "\nvm/ctr-vm figures:",
         json.dumps({
             "campaign_wall_s": round(wall, 1),
+            "virt_type": vm["target_details"]["virt_type"],
+            "kvm_refused": vm["target_details"]["kvm_refused"],
             "boot_to_ssh_s": vm["target_details"].get("boot_to_ssh_s"),
             "vm_examples_per_sec": runs["vm"]["examples_per_sec"],
             "ctr_vm_examples_per_sec": runs["ctr-vm"]["examples_per_sec"],

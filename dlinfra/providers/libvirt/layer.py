@@ -93,6 +93,7 @@ class LibvirtLayer:
 _DETAILS = (
     "domain",
     "virt_type",
+    "kvm_refused",  # why KVM did not start the guest, when emulation: allow fell back to TCG
     "vcpus",
     "host_cpuset",
     "emulator_cpuset",

@@ -17,7 +17,7 @@ import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -109,6 +109,7 @@ class LibvirtProvider:
         self._physical_host = physical_host
         self.targets: list[Target] = []
         self.timings: dict[str, float] = {}
+        self.kvm_refused: dict[str, str] = {}  # guest -> why KVM did not start it (emulation: allow fell back)
 
     # -- connection ---------------------------------------------------------------------------------------------
 
@@ -360,17 +361,8 @@ class LibvirtProvider:
             )
             plans.append((guest, plan))
 
-        lv = _libvirt()
         boot_started = time.monotonic()
-        for _guest, plan in plans:
-            try:
-                dom = conn.defineXML(domain_xml(plan))
-                dom.create()
-            except lv.libvirtError as exc:
-                raise TargetError(
-                    f"{self.host}: guest {plan.spec.name} does not start: {exc.get_error_message()}",
-                    "see the hypervisor host's libvirt log",
-                ) from exc
+        plans = [(guest, self._start_domain(plan)) for guest, plan in plans]
         targets = [self._target(guest, plan, net, client_key, known_hosts, checks) for guest, plan in plans]
         for target, (_guest, plan) in zip(targets, plans, strict=True):
             self._wait_ssh(target, plan)
@@ -378,6 +370,30 @@ class LibvirtProvider:
         self.timings["boot_to_ssh_s"] = round(time.monotonic() - boot_started, 1)
         self.targets = targets
         return targets
+
+    def _start_domain(self, plan: DomainPlan) -> DomainPlan:
+        """Define and start; with ``emulation: allow``, a KVM guest QEMU cannot start is retried under TCG.
+
+        /dev/kvm can be present and still refuse an ordinary guest (nested
+        virtualisation without the CPU features QEMU sets): libvirt's domain
+        capabilities say yes, only starting the guest says no.
+        """
+        lv = _libvirt()
+        dom = None
+        try:
+            dom = self.conn.defineXML(domain_xml(plan))
+            dom.create()
+            return plan
+        except lv.libvirtError as exc:
+            error = exc.get_error_message()
+        if plan.virt_type == "kvm" and plan.spec.emulation == "allow" and not plan.host_devices:
+            if dom is not None:
+                dom.undefine()  # defined, never started: the TCG definition replaces it
+            self.kvm_refused[plan.spec.name] = error.splitlines()[0][:300]
+            return self._start_domain(replace(plan, virt_type="qemu"))
+        raise TargetError(
+            f"{self.host}: guest {plan.spec.name} does not start: {error}", "see the hypervisor host's libvirt log"
+        )
 
     def _target(
         self, guest: GuestSpec, plan: DomainPlan, net: RunNetwork, key: Path, known_hosts: Path, checks: HostChecks
@@ -403,6 +419,7 @@ class LibvirtProvider:
                 "domain": plan.domain_name,
                 "run_label": self.run_label,
                 "virt_type": plan.virt_type,
+                "kvm_refused": self.kvm_refused.get(guest.name),
                 "vcpus": guest.vcpus,
                 "host_cpuset": format_cpuset(guest.cpuset),
                 "emulator_cpuset": format_cpuset(guest.emulator_cpuset or guest.cpuset),
