@@ -72,6 +72,7 @@ def overhead_view(
             continue
         base = group[group["layer"] == baseline]
         base_cpu = set(",".join(base["cpu_model"]).split(",")) if not base.empty else set()
+        base_runtime = _runtime(base)
         for layer in _layer_order(list(in_group["layer"]) + list(failed_group["layer"]), baseline):
             mine = group[group["layer"] == layer]
             extra_failed = in_group[(in_group["layer"] == layer) & ~in_group["ok"]]
@@ -126,6 +127,8 @@ def overhead_view(
                             "cpu-model-differs",
                             f"CPU model {', '.join(sorted(cpus))} vs {baseline}'s {', '.join(sorted(base_cpu))}",
                         )
+                    if _runtime(mine) != base_runtime:
+                        flag("runtime-differs", f"{_runtime(mine)} vs {baseline}'s {base_runtime}")
             rows.append(
                 {
                     "workload": workload,
@@ -401,3 +404,10 @@ def step_times(runs: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, dict[st
             )
             samples[f"{workload}|{config}|{layer}"] = pooled
     return pd.DataFrame(rows, columns=columns), samples
+
+
+def _runtime(runs: pd.DataFrame) -> str:
+    """The interpreter and TensorFlow a group of runs used: same payload bytes can still run on other builds."""
+    pythons = sorted(set(",".join(runs["python_version"]).split(",")))
+    tfs = sorted(set(",".join(runs["tf_version"]).split(",")))
+    return f"Python {', '.join(pythons)}, TensorFlow {', '.join(tfs)}"

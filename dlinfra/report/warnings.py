@@ -27,6 +27,7 @@ CODES = {
     "no-baseline": "no baseline run for this workload and config: no overhead",
     "no-metric": "no run of this workload recorded the metric",
     "cpu-model-differs": "the layers report different CPU models",
+    "runtime-differs": "the layers ran different Python or TensorFlow builds: part of the difference is theirs",
     "seed-unmatched": "no run matches any published figure of the seed",
 }
 REFUSING = frozenset({"payload-mismatch", "emulated-mismatch"})

@@ -509,9 +509,36 @@ def _sshd_config(st: TestbedState, h: HostState) -> str:
     )
 
 
+#: The distribution's interpreter: what the payload image and the guest image run the payload on.
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def host_python() -> str:
+    """The interpreter testbed hosts build their payload venv with.
+
+    The distribution's, when it has the controller's minor version (the
+    wheelhouse is built for that): the payload image and the guests run the
+    distribution's too, so bm, ctr and vm rows differ by their layer and not
+    by their interpreter. A self-built one (pyenv, no PGO/LTO) ran mnist-dnn
+    about 20% slower here than Debian's, which alone looks like a container
+    being faster than bare metal.
+    """
+    ours = os.path.realpath(sys.executable)
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        return ours
+    probe = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import sys, ensurepip; print(*sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    same = probe.returncode == 0 and probe.stdout.split() == [str(v) for v in sys.version_info[:2]]
+    return SYSTEM_PYTHON if same else ours
+
+
 def render_inventory(st: TestbedState) -> str:
     """The Ansible inventory for a testbed: YAML with the dlinfra host variables filled in."""
-    python = os.path.realpath(sys.executable)
+    python = host_python()
     hosts: dict[str, Any] = {}
     for i, h in enumerate(st.hosts):
         hosts[h.name] = {

@@ -39,6 +39,7 @@ def _record(
     status: str,
     cpu_model: str,
     step_mean: float,
+    python_version: str,
 ) -> RunRecord:
     layer = cell_config["layer"]
     rng = np.random.default_rng(next(_counter))
@@ -72,7 +73,7 @@ def _record(
             cpu_set=[0, 1],
             memory_bytes=8 << 30,
             tf_version="2.21.0",
-            python_version="3.12.3",
+            python_version=python_version,
             payload_hash=payload_hash,
             start_utc=f"2026-11-22T00:{repeat:02d}:00+00:00",
             end_utc=f"2026-11-22T00:{repeat:02d}:30+00:00",
@@ -117,6 +118,7 @@ class Campaign:
         emulated: bool = False,
         failed: int = 0,
         cpu_model: str = "Intel Xeon Test",
+        python_version: str = "3.12.3",
         tta: list[float] | None = None,
     ) -> None:
         config: dict[str, Any] = {"workload": workload, "layer": layer, "mode": mode, "batch_size": 64, **(extra or {})}
@@ -150,6 +152,7 @@ class Campaign:
                         status=status,
                         cpu_model=cpu_model,
                         step_mean=(64 / value if metric == "throughput" and value else 0.01),
+                        python_version=python_version,
                     )
                 )
             self.store.store_cell(

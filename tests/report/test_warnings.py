@@ -51,6 +51,7 @@ def test_emulated_guest_against_real_host_is_refused(campaign, store):
         ({"values": draws(900, 12, 8, seed=2)}, "high-cv"),
         ({"values": draws(900, 1, 4, seed=2), "failed": 2}, "failed-cells"),
         ({"values": draws(900, 1, 4, seed=2), "cpu_model": "AMD EPYC Test"}, "cpu-model-differs"),
+        ({"values": draws(900, 1, 4, seed=2), "python_version": "3.11.2"}, "runtime-differs"),
     ],
 )
 def test_quality_warnings(campaign, store, kwargs, code):
