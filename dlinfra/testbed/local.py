@@ -520,8 +520,8 @@ def host_python() -> str:
     wheelhouse is built for that): the payload image and the guests run the
     distribution's too, so bm, ctr and vm rows differ by their layer and not
     by their interpreter. A self-built one (pyenv, no PGO/LTO) ran mnist-dnn
-    about 20% slower here than Debian's, which alone looks like a container
-    being faster than bare metal.
+    15-40% slower here than Debian's, which alone made a container look
+    faster than bare metal.
     """
     ours = os.path.realpath(sys.executable)
     if not os.access(SYSTEM_PYTHON, os.X_OK):

@@ -88,6 +88,7 @@ def test_bm_and_ctr_cells_in_one_campaign(deployed, tmp_path: Path) -> None:
     assert all(r["status"] == "ok" for r in runs)
     # The very bytes the bm hosts run are what the image carries.
     assert {r["payload_hash"] for r in runs} == {deployed.result.payload_hash}
+    assert len({(r["python_version"], r["tf_version"]) for r in runs}) == 1  # same runtime, not only same bytes
 
     records = [json.loads(r["record_json"]) for r in runs]
     ctr = [rec["provenance"] for rec in records if rec["provenance"]["layer"] == "ctr"]
