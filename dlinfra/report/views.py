@@ -127,8 +127,9 @@ def overhead_view(
                             "cpu-model-differs",
                             f"CPU model {', '.join(sorted(cpus))} vs {baseline}'s {', '.join(sorted(base_cpu))}",
                         )
-                    if _runtime(mine) != base_runtime:
-                        flag("runtime-differs", f"{_runtime(mine)} vs {baseline}'s {base_runtime}")
+                    runtime = _runtime(mine)
+                    if runtime != base_runtime:
+                        flag("runtime-differs", f"{runtime} vs {baseline}'s {base_runtime}")
             rows.append(
                 {
                     "workload": workload,

@@ -527,7 +527,7 @@ def host_python() -> str:
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         return ours
     probe = subprocess.run(
-        [SYSTEM_PYTHON, "-c", "import sys, ensurepip; print(*sys.version_info[:2])"],
+        [SYSTEM_PYTHON, "-c", "import sys, ensurepip; print(*sys.version_info[:2])"],  # venv needs ensurepip
         capture_output=True,
         text=True,
         check=False,

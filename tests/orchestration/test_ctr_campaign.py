@@ -13,6 +13,7 @@ import json
 import socket
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import need_binary, run_cli
@@ -31,7 +32,9 @@ def _runs(db: Path, campaign: str) -> list[sqlite3.Row]:
         conn.close()
 
 
-def _spec(tmp_path: Path, hosts: list[str], *, layers: str = "[bm, ctr]", network: str = "host", single: bool = True):
+def _spec(
+    tmp_path: Path, hosts: list[str], *, layers: str = "[bm, ctr]", network: str = "host", single: bool = True
+) -> Path:
     """mnist-dnn ps-async 1x2 across ``hosts`` (and a single cell on the first host unless ``single`` is off)."""
     names = ", ".join(hosts)
     text = (
@@ -53,7 +56,7 @@ def _spec(tmp_path: Path, hosts: list[str], *, layers: str = "[bm, ctr]", networ
     return spec
 
 
-def _assert_nothing_left(hosts, runs: list[sqlite3.Row]) -> None:
+def _assert_nothing_left(hosts: list[Any], runs: list[sqlite3.Row]) -> None:
     """Each host's dockerd holds no container, network or image tag of the run."""
     from dlinfra.providers.containers.daemons import ensure_dockerd, stop_dockerd
     from dlinfra.providers.containers.run import RUN_LABEL

@@ -37,6 +37,7 @@ class DomainPlan:
     machine: str | None = "q35"
     serial_log: str | None = None
     extra_metadata: dict[str, str] = field(default_factory=dict)
+    kvm_refused: str | None = None  # QEMU's error when KVM would not start it and emulation: allow chose TCG
 
     @property
     def emulated(self) -> bool:

@@ -109,7 +109,6 @@ class LibvirtProvider:
         self._physical_host = physical_host
         self.targets: list[Target] = []
         self.timings: dict[str, float] = {}
-        self.kvm_refused: dict[str, str] = {}  # guest -> why KVM did not start it (emulation: allow fell back)
 
     # -- connection ---------------------------------------------------------------------------------------------
 
@@ -389,8 +388,7 @@ class LibvirtProvider:
         if plan.virt_type == "kvm" and plan.spec.emulation == "allow" and not plan.host_devices:
             if dom is not None:
                 dom.undefine()  # defined, never started: the TCG definition replaces it
-            self.kvm_refused[plan.spec.name] = error.splitlines()[0][:300]
-            return self._start_domain(replace(plan, virt_type="qemu"))
+            return self._start_domain(replace(plan, virt_type="qemu", kvm_refused=error.splitlines()[0][:300]))
         raise TargetError(
             f"{self.host}: guest {plan.spec.name} does not start: {error}", "see the hypervisor host's libvirt log"
         )
@@ -419,7 +417,7 @@ class LibvirtProvider:
                 "domain": plan.domain_name,
                 "run_label": self.run_label,
                 "virt_type": plan.virt_type,
-                "kvm_refused": self.kvm_refused.get(guest.name),
+                "kvm_refused": plan.kvm_refused,
                 "vcpus": guest.vcpus,
                 "host_cpuset": format_cpuset(guest.cpuset),
                 "emulator_cpuset": format_cpuset(guest.emulator_cpuset or guest.cpuset),
