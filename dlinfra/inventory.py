@@ -16,15 +16,22 @@ from __future__ import annotations
 import json
 import os
 import re
+import selectors
+import signal
 import socket
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dlinfra import safe_yaml
 from dlinfra.errors import SpecError, TargetError
 from dlinfra.record import LAYERS
+from dlinfra.safe_yaml import excerpt, plain
+from dlinfra.secrets import is_secret_name, redact, register_host_vars
+from dlinfra.secrets import register as register_secret
 
 T = TypeVar("T")
 
@@ -42,6 +49,32 @@ KNOWN_VARS: dict[str, str] = {
     "dlinfra_container_engine": "docker (default) or podman: the engine of this host's ctr targets",
     "dlinfra_libvirt_uri": "libvirt URI of this host's hypervisor for the vm layer (qemu:///system when local)",
 }
+
+
+# Bounds on what dlinfra hands to Ansible and takes back (docs/campaigns.md, "Limits"). Ansible itself would
+# expand an alias bomb or a host range like node[0:99999999] until the machine runs out of memory.
+#: One YAML inventory or variables file (aliases are allowed, counted as what they expand to).
+INVENTORY_LIMITS = safe_yaml.Limits(string_tags=frozenset({"!vault", "!unsafe"}))
+MAX_FILES = 1000
+MAX_TOTAL_BYTES = 16 << 20
+MAX_HOSTS = 10_000
+ANSIBLE_TIMEOUT_S = 60
+MAX_ANSIBLE_OUTPUT = 64 << 20
+MAX_CPU = 8191  # Linux's largest NR_CPUS is 8192
+#: Files Ansible skips in an inventory folder (its IGNORED_ALWAYS and default INVENTORY_IGNORE_EXTS).
+_IGNORED = re.compile(
+    r"^\.|^(host_vars|group_vars|vars_plugins)$|(\.pyc|\.pyo|\.swp|\.bak|~|\.rpm|\.md|\.txt|\.rst|\.orig|\.cfg|\.retry)$"
+)
+_PORT = re.compile(r"\d{1,5}", re.ASCII)
+_CPU_RANGE = re.compile(r"(\d+)(?:-(\d+))?", re.ASCII)
+_YAML_SUFFIXES = {".yml", ".yaml", ".json"}
+_RANGE = re.compile(r"\[([0-9A-Za-z]+):([0-9A-Za-z]+)(?::([0-9]+))?\]")
+#: Host names (before Ansible expands ranges) and addresses: nothing a shell or a path could misread.
+_HOST_NAME = re.compile(r"[\w.:@\[\]-]{1,255}", re.ASCII)
+_ADDRESS = re.compile(r"[\w.:%\[\]-]{1,255}", re.ASCII)
+#: ``name=value`` / ``name: value`` in an INI (or any text) inventory; names are matched from their first character
+#: only, so a long line costs linear time.
+_ASSIGNMENT = re.compile(r"(?<![\w.-])([\w.-]+)[ \t]*[=:][ \t]*(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"']+)")
 
 
 @dataclass
@@ -95,79 +128,304 @@ def match_pattern(pattern: str, items: list[T], names: Callable[[T], set[str]]) 
 
 
 def parse_cpus(text: str) -> list[int]:
-    """'0-3,8' -> [0, 1, 2, 3, 8]; raises ValueError on anything else."""
+    """'0-3,8' -> [0, 1, 2, 3, 8]; raises ValueError on anything else, and on CPU ids past :data:`MAX_CPU`."""
+    if len(text) > 4096:
+        raise ValueError(f"{len(text):,} characters is too long for a CPU list")
     cpus: list[int] = []
     for part in text.replace(" ", "").split(","):
         if not part:
             continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            a, b = int(lo), int(hi)
-            if a > b:
-                raise ValueError(f"range {part} runs backwards")
-            cpus.extend(range(a, b + 1))
-        else:
-            cpus.append(int(part))
-    if not cpus or any(c < 0 for c in cpus):
-        raise ValueError(f"{text!r} names no CPUs")
+        m = _CPU_RANGE.fullmatch(part)
+        if not m:
+            raise ValueError(f"{excerpt(part, 40)} is not a CPU number or range")
+        a, b = int(m.group(1)), int(m.group(2) or m.group(1))
+        if a > b:
+            raise ValueError(f"range {part} runs backwards")
+        if b > MAX_CPU:
+            raise ValueError(f"CPU {excerpt(b, 20)} is past the largest id Linux allows ({MAX_CPU})")
+        cpus.extend(range(a, b + 1))
+    if not cpus:
+        raise ValueError(f"{excerpt(text, 40)} names no CPUs")
     return sorted(set(cpus))
 
 
-def _validate_vars(host: str, hostvars: dict[str, Any], source: str) -> None:
+def _validate_vars(who: str, hostvars: dict[str, Any], source: str) -> None:
+    """dlinfra's own variables (and the connection ones it reads) of one host or group; values of other
+    variables, passwords among them, are never quoted."""
     for key, value in hostvars.items():
-        if not key.startswith("dlinfra_"):
+        if not isinstance(key, str):
             continue
-        if key not in KNOWN_VARS:
+        problem = None
+        if isinstance(value, str) and "{{" in value:
+            continue  # a Jinja template: Ansible renders it when it connects
+        if key == "ansible_port":
+            text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+            if not isinstance(text, str) or not _PORT.fullmatch(text) or not 1 <= int(text) <= 65_535:
+                problem = "must be a TCP port, 1 to 65535"
+        elif key == "ansible_host":
+            if not isinstance(value, str) or not _ADDRESS.fullmatch(value):
+                problem = "must be a host name or an IP address"
+        elif not key.startswith("dlinfra_"):
+            continue
+        elif key not in KNOWN_VARS:
             raise SpecError(
-                f"{source}: host {host}: unknown variable {key}",
+                f"{source}: {who}: unknown variable {plain(key, 60)}",
                 f"dlinfra knows {', '.join(sorted(KNOWN_VARS))}",
             )
-        problem = None
-        if key == "dlinfra_cpus":
+        elif key == "dlinfra_cpus":
             try:
-                parse_cpus(str(value))
+                parse_cpus(str(value) if not isinstance(value, str) else value)
             except ValueError as exc:
                 problem = f"must be a CPU list like '0-3,8' ({exc})"
         elif key == "dlinfra_layers":
             if not isinstance(value, list) or any(v not in LAYERS for v in value):
                 problem = f"must be a list of {', '.join(LAYERS)}"
         elif key == "dlinfra_gpus":
-            if not isinstance(value, list):
-                problem = "must be a list of GPU ids"
+            if not isinstance(value, list) or len(value) > 256:
+                problem = "must be a list of at most 256 GPU ids"
         elif key == "dlinfra_memory_bytes":
-            if not isinstance(value, int) or value <= 0:
-                problem = "must be a positive integer"
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1 << 50:
+                problem = "must be a positive integer (bytes, at most 1 PiB)"
         elif key == "dlinfra_container_engine":
             if value not in ("docker", "podman"):
                 problem = "must be docker or podman"
         elif key in ("dlinfra_home", "dlinfra_python", "dlinfra_known_hosts", "dlinfra_netns", "dlinfra_libvirt_uri"):
-            if not isinstance(value, str) or not value:
+            if not isinstance(value, str) or not value or len(value) > 4096 or not value.isprintable():
                 problem = "must be a non-empty string"
         if problem:
-            raise SpecError(f"{source}: host {host}: {key} = {value!r} {problem}")
+            shown = "(hidden)" if is_secret_name(key) else excerpt(value)
+            raise SpecError(f"{source}: {who}: {key} = {shown} {problem}")
+
+
+def _host_count(name: str) -> int:
+    """How many hosts Ansible makes of ``name``: ``node[01:50]`` is 50, ``r[a:c]n[1:4]`` is 12."""
+    count = 1
+    for a, b, step in _RANGE.findall(name):
+        if a.isdigit() and b.isdigit():
+            span = int(b) - int(a)
+        elif len(a) == 1 and len(b) == 1:
+            span = ord(b) - ord(a)
+        else:
+            continue  # not a range Ansible knows: it says so itself
+        count *= max(span, 0) // max(int(step or 1), 1) + 1
+    return count
+
+
+def _check_host_name(name: Any, source: str) -> int:
+    if not isinstance(name, str) or not _HOST_NAME.fullmatch(name):
+        raise SpecError(
+            f"{source}: host {excerpt(name)} is not a valid host name", "letters, digits and . _ - : @ [a:b] only"
+        )
+    return _host_count(name)
+
+
+def _kind(file: Path, default: str) -> str:
+    """An executable that is not YAML or INI is a dynamic inventory script: Ansible runs it, we do not read it."""
+    if default == "inventory" and file.suffix not in (*_YAML_SUFFIXES, ".ini") and os.access(file, os.X_OK):
+        return "script"
+    return default
+
+
+def _inventory_files(path: Path) -> list[tuple[Path, str]]:
+    """The files Ansible reads for ``-i path``, each with its kind: inventory, vars (group_vars, host_vars) or
+    script (an executable: a dynamic inventory, Ansible runs it). Walks folders without following loops."""
+    files: list[tuple[Path, str]] = []
+    seen: set[Path] = set()
+
+    def walk(folder: Path, kind: str, depth: int) -> None:
+        real = folder.resolve()
+        if real in seen or depth > 8:
+            return
+        seen.add(real)
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as exc:
+            raise SpecError(
+                f"inventory folder {plain(folder, 200, tail=True)} cannot be read: {exc.strerror or exc}"
+            ) from None
+        for entry in entries:
+            if (kind == "inventory" and _IGNORED.search(entry.name)) or entry.name.startswith("."):
+                continue
+            child = Path(entry.path)
+            if entry.is_dir():
+                walk(child, kind, depth + 1)
+            elif kind == "vars" and child.suffix not in (*_YAML_SUFFIXES, ""):
+                continue
+            else:
+                files.append((child, _kind(child, kind)))
+            if len(files) > MAX_FILES:
+                raise SpecError(f"inventory {plain(path, 200, tail=True)} has more than {MAX_FILES} files")
+
+    if path.is_dir():
+        walk(path, "inventory", 0)
+        base = path
+    else:
+        files.append((path, _kind(path, "inventory") if path.is_file() else "inventory"))
+        base = path.parent
+    for name in ("group_vars", "host_vars"):
+        if (base / name).is_dir():
+            walk(base / name, "vars", 0)
+    return files
+
+
+def check_inventory_files(source: str | Path) -> set[str]:
+    """Check every file Ansible will read for this inventory before Ansible reads it: size, encoding, YAML
+    shape (aliases counted expanded, no duplicate keys), host names and ranges, dlinfra variables.
+
+    Returns the values of password-like variables found, so that no message (Ansible's included) shows them.
+    """
+    path = Path(source)
+    hint = "give a path to an Ansible inventory file or folder"
+    secrets: set[str] = set()
+    total_bytes = hosts = 0
+    for file, kind in _inventory_files(path):
+        where = plain(file, 200, tail=True)
+        if kind == "script":
+            continue
+        if kind == "vars" or file.suffix in _YAML_SUFFIXES:
+            what = "inventory" if kind == "inventory" else "inventory variables file"
+            doc = safe_yaml.load(file, what, INVENTORY_LIMITS, hint)
+            secrets |= _secret_values(doc.data)
+            if kind == "inventory":
+                hosts += _check_yaml_inventory(where, doc)
+        else:
+            text = safe_yaml.read_text(file, "inventory", INVENTORY_LIMITS.max_bytes, hint)
+            secrets |= {m.group(2).strip("\"'") for m in _ASSIGNMENT.finditer(text) if is_secret_name(m.group(1))}
+            for number, line in enumerate(text.splitlines() if file.suffix != ".toml" else [], 1):
+                first = line.split(maxsplit=1)[0] if line.strip() else ""
+                if first and first[0] not in "[;#" and "=" not in first:
+                    hosts += _check_host_name(first, f"{where}:{number}")
+                    if hosts > MAX_HOSTS:
+                        break
+        total_bytes += file.stat().st_size
+        if total_bytes > MAX_TOTAL_BYTES:
+            raise SpecError(f"inventory {plain(path, 200, tail=True)} is over {MAX_TOTAL_BYTES >> 20} MiB in all")
+        if hosts > MAX_HOSTS:
+            raise SpecError(f"{where}: the inventory expands to more than {MAX_HOSTS:,} hosts", "check host ranges")
+    return {s for s in secrets if len(s) >= 3}  # hiding "1" everywhere would garble every message
+
+
+def _secret_values(data: Any) -> set[str]:
+    found: set[str] = set()
+    stack, seen = [data], 0
+    while stack and seen < INVENTORY_LIMITS.max_nodes:
+        node = stack.pop()
+        seen += 1
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if isinstance(k, str) and is_secret_name(k) and isinstance(v, (str, int)):
+                    found.add(str(v))
+                else:
+                    stack.append(v)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+def _check_yaml_inventory(where: str, doc: safe_yaml.Document) -> int:
+    """A YAML inventory's shape (groups of hosts, vars, children) and variables; returns its host count."""
+    data = doc.data
+    if data is None:
+        return 0
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}:1: an inventory is a mapping of groups", "e.g. all: {hosts: {node1: }}")
+    if "plugin" in data:
+        return 0  # an inventory plugin's configuration: the plugin reads it
+    hosts = 0
+    todo: list[tuple[tuple[Any, ...], Any]] = [((g,), v) for g, v in data.items()]
+    done: set[int] = set()
+    while todo:
+        path, group = todo.pop()
+        name = plain(path[-1], 60)
+        if group is None or id(group) in done:  # an alias: already checked
+            continue
+        done.add(id(group))
+        line = doc.lines.get(path, 1)
+        if not isinstance(group, dict):
+            raise SpecError(f"{where}:{line}: group {name}: must be a mapping of hosts, vars and children")
+        for key, value in group.items():
+            at = f"{where}:{doc.lines.get((*path, key), line)}"
+            if key not in ("hosts", "vars", "children"):
+                raise SpecError(f"{at}: group {name}: unknown key {excerpt(key)}", "a group has hosts, vars, children")
+            if value is not None and not isinstance(value, dict):
+                raise SpecError(f"{at}: group {name}: {key} must be a mapping")
+        _validate_vars(f"group {name}", group.get("vars") or {}, f"{where}:{doc.lines.get((*path, 'vars'), line)}")
+        for host, hostvars in (group.get("hosts") or {}).items():
+            at = f"{where}:{doc.lines.get((*path, 'hosts', host, '__key__'), line)}"
+            hosts += _check_host_name(host, at)
+            if hostvars is not None and not isinstance(hostvars, dict):
+                raise SpecError(f"{at}: host {plain(host, 60)}: its variables must be a mapping")
+            _validate_vars(f"host {host}", hostvars or {}, at)
+            if hosts > MAX_HOSTS:
+                return hosts
+        todo.extend(((*path, "children", child), value) for child, value in (group.get("children") or {}).items())
+    return hosts
+
+
+def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float, limit: int) -> tuple[int, bytes, bytes]:
+    """Run ``cmd`` and return (exit status, stdout, stderr), killing it (and its children) past ``timeout``
+    seconds or ``limit`` bytes of output: a dynamic inventory script or a huge inventory cannot hang us."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    out: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+    size = 0
+    deadline = time.monotonic() + timeout
+    problem = None
+    with proc, selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ, "stdout")  # type: ignore[arg-type]
+        sel.register(proc.stderr, selectors.EVENT_READ, "stderr")  # type: ignore[arg-type]
+        while sel.get_map() and problem is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                problem = f"took longer than {timeout:g} s"
+                break
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                out[key.data].append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    problem = f"wrote more than {limit >> 20} MiB"
+        if problem is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        code = proc.wait()
+    if problem is not None:
+        raise TargetError(f"ansible-inventory {problem} and was stopped")
+    return code, b"".join(out["stdout"]), b"".join(out["stderr"])
 
 
 def load_inventory(source: str | Path) -> list[InventoryHost]:
     """All hosts of an Ansible inventory (file or folder, YAML or INI), in inventory order."""
     path = Path(source)
-    if not path.exists():
-        raise SpecError(f"inventory {source} does not exist", "give a path to an Ansible inventory file or folder")
+    where = plain(source, 200, tail=True)
+    for value in check_inventory_files(path):
+        register_secret(value)  # before Ansible reads the file: none of its messages may show them
+
+    def hide(text: str) -> str:
+        return plain(" ".join(redact(text).split()), 200)
+
     env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_WARNING": "True", "ANSIBLE_NOCOLOR": "1"}
     env.pop("ANSIBLE_CONFIG", None)
     try:
-        proc = subprocess.run(
-            ["ansible-inventory", "-i", str(path), "--list"],
-            capture_output=True, text=True, env=env, timeout=120, check=False,
-        )  # fmt: skip
+        code, raw_out, raw_err = _run_bounded(
+            ["ansible-inventory", "-i", str(path), "--list"], env, ANSIBLE_TIMEOUT_S, MAX_ANSIBLE_OUTPUT
+        )
     except FileNotFoundError:
         raise TargetError("ansible-inventory is not installed", "pip install 'dlinfra[controller]'") from None
-    if proc.returncode != 0:
-        first = next((ln for ln in proc.stderr.splitlines() if ln.strip()), "no message")
-        raise SpecError(f"inventory {source} cannot be read by Ansible: {first.strip()}")
-    if "Unable to parse" in proc.stderr or "No inventory was parsed" in proc.stderr:
-        first = next(ln for ln in proc.stderr.splitlines() if "parse" in ln)
-        raise SpecError(f"inventory {source} cannot be parsed: {first.strip()}")
-    data = json.loads(proc.stdout)
+    stderr = raw_err.decode("utf-8", "replace")
+    if code != 0:
+        first = next((ln for ln in stderr.splitlines() if ln.strip()), "no message")
+        raise SpecError(f"inventory {where} cannot be read by Ansible: {hide(first)}")
+    if "Unable to parse" in stderr or "No inventory was parsed" in stderr:
+        first = next(ln for ln in stderr.splitlines() if "parse" in ln)
+        raise SpecError(f"inventory {where} cannot be parsed: {hide(first)}")
+    try:
+        data = json.loads(raw_out)
+    except (ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        raise SpecError(f"inventory {where}: ansible-inventory wrote no valid JSON")
     hostvars: dict[str, dict[str, Any]] = data.get("_meta", {}).get("hostvars", {})
     groups_of: dict[str, list[str]] = {}
     order: list[str] = []
@@ -188,15 +446,19 @@ def load_inventory(source: str | Path) -> list[InventoryHost]:
                 walk(child, (*seen, group))
 
     walk("all", ())
+    if len(order) > MAX_HOSTS:
+        raise SpecError(f"inventory {where} has {len(order):,} hosts, more than {MAX_HOSTS:,}")
     hosts = []
     for name in order:
         hv = hostvars.get(name, {})
-        _validate_vars(name, hv, str(source))
+        _check_host_name(name, where)
+        _validate_vars(f"host {name}", hv, where)
         hosts.append(
             InventoryHost(name=name, address=str(hv.get("ansible_host", name)), groups=groups_of[name], vars=hv)
         )
     if not hosts:
-        raise SpecError(f"inventory {source} has no hosts")
+        raise SpecError(f"inventory {where} has no hosts")
+    register_host_vars(h.vars for h in hosts)  # what Ansible resolved too (vault, plugins, group_vars)
     return hosts
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import click
 
-from dlinfra import __version__
+from dlinfra import __version__, secrets
 from dlinfra.errors import DlinfraError
 
 #: name -> "module:attribute"; the order is the order --help lists them in.
@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "bench": "dlinfra.cli.bench_cmd:bench",
     "results": "dlinfra.cli.results_cmd:results",
     "report": "dlinfra.cli.report_cmd:report",
+    "sweep": "dlinfra.cli.sweep_cmd:sweep",
 }
 
 
@@ -75,13 +76,24 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
 
 
 def _error(message: str) -> None:
-    click.echo(f"dlinfra: error: {message}", err=True)
+    """One error line, secrets redacted: a message may quote a URL, a command or a spec value."""
+    click.echo(f"dlinfra: error: {secrets.redact(message)}", err=True)
+
+
+def _traceback() -> None:
+    """The current exception's traceback (``--debug``), secrets redacted like every other line."""
+    click.echo(secrets.redact(traceback.format_exc()), err=True, nl=False)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: every failure a user can fix is one line on stderr and a non-zero exit."""
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
+    # Before anything runs: the secrets of the environment and of the command line (--db URL) are known,
+    # so no artifact, stored row or message can carry them.
+    secrets.register_environ()
+    for arg in args:
+        secrets.register_text(arg)
     try:
         result = cli.main(args=args, prog_name="dlinfra", standalone_mode=False)
     except click.UsageError as exc:
@@ -96,12 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except DlinfraError as exc:
         if debug:
-            traceback.print_exc()
+            _traceback()
         _error(str(exc))
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
         if debug:
-            traceback.print_exc()
+            _traceback()
         _error(f"unexpected {type(exc).__name__}: {exc} (rerun with --debug for the traceback, and report it)")
         return 1
     return result if isinstance(result, int) else 0

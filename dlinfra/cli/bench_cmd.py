@@ -7,11 +7,13 @@ result and a campaign result come from the same code path and the same record.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,9 +22,12 @@ from rich.table import Table
 
 from dlinfra.cli.common import console, store_from
 from dlinfra.errors import DlinfraError
+from dlinfra.inventory import parse_cpus
+from dlinfra.orchestration.spec import FORMATS, INT_BOUNDS, NUMBER_BOUNDS
 from dlinfra.payload.workloads import WORKLOADS
 from dlinfra.record import RecordError, RunRecord, config_hash
 from dlinfra.results.store import CellOutcome
+from dlinfra.safe_yaml import excerpt, plain
 
 EPILOG = """\b
 Examples:
@@ -45,26 +50,79 @@ PASSTHROUGH = {
 }  # fmt: skip
 
 
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Click's FloatRange lets NaN through (it fails every comparison); a rate or accuracy of NaN is no number."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number", ctx, param)
+    return value
+
+
+def _text(kind: str) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    """A string flag checked against the campaign spec's format for the same parameter (``size``, ``data``)."""
+    pattern, what = FORMATS[kind]
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is not None and (not pattern.fullmatch(value) or not value.isprintable()):
+            raise click.BadParameter(f"must be {what}, got {excerpt(value)}", ctx, param)
+        return value
+
+    return check
+
+
+def _cpus(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        try:
+            parse_cpus(value)
+        except ValueError as exc:
+            raise click.BadParameter(f"must be a CPU list like 0-3,8 ({exc})", ctx, param) from None
+    return value
+
+
+def _ints(name: str, low: int | None = None) -> click.IntRange:
+    lo, hi = INT_BOUNDS[name]
+    return click.IntRange(lo if low is None else low, hi)
+
+
 @click.command(epilog=EPILOG)
 @click.argument("workload", metavar="WORKLOAD")
-@click.option("--batch-size", type=click.IntRange(min=1), help="Examples per step (default: per workload).")
-@click.option("--steps", type=click.IntRange(min=0), help="Measured steps (default 100).")
-@click.option("--warmup-steps", type=click.IntRange(min=0), help="Steps before timing starts (default 10).")
-@click.option("--data", help="'synthetic' (default) or a data path: MNIST IDX folder/CSV, CIFAR-10 binary, images.")
-@click.option("--cpus", help="Pin the payload to these CPUs, e.g. 0-3.")
-@click.option("--target-accuracy", type=click.FloatRange(0, 1, min_open=True), help="Train to this accuracy.")
-@click.option("--max-steps", type=click.IntRange(min=1), help="With --target-accuracy: give up after this many.")
-@click.option("--eval-every", type=click.IntRange(min=0), help="Held-out accuracy every N steps.")
-@click.option("--image-size", type=click.IntRange(min=1), help="Image side for alexnet/resnet50/inception3.")
-@click.option("--num-classes", type=click.IntRange(min=2), help="Classes of synthetic image data.")
-@click.option("--size", help="Kernel sizes: gemm MxNxK, conv WxHxCxNxKxRxS, rnn HxNxT.")
+@click.option("--batch-size", type=_ints("batch_size"), help="Examples per step (default: per workload).")
+@click.option("--steps", type=_ints("steps", 0), help="Measured steps (default 100).")
+@click.option("--warmup-steps", type=_ints("warmup_steps"), help="Steps before timing starts (default 10).")
+@click.option(
+    "--data",
+    callback=_text("data"),
+    help="'synthetic' (default) or a data path: MNIST IDX folder/CSV, CIFAR-10 binary, images.",
+)
+@click.option("--cpus", callback=_cpus, help="Pin the payload to these CPUs, e.g. 0-3.")
+@click.option(
+    "--target-accuracy",
+    type=click.FloatRange(0, 1, min_open=True),
+    callback=_finite,
+    help="Train to this accuracy.",
+)
+@click.option("--max-steps", type=_ints("steps"), help="With --target-accuracy: give up after this many.")
+@click.option("--eval-every", type=_ints("steps", 0), help="Held-out accuracy every N steps.")
+@click.option("--image-size", type=_ints("image_size"), help="Image side for alexnet/resnet50/inception3.")
+@click.option("--num-classes", type=_ints("num_classes", 2), help="Classes of synthetic image data.")
+@click.option("--size", callback=_text("size"), help="Kernel sizes: gemm MxNxK, conv WxHxCxNxKxRxS, rnn HxNxT.")
 @click.option("--cell", type=click.Choice(["vanilla", "lstm", "gru"]), help="rnn cell.")
-@click.option("--learning-rate", type=float, help="Learning rate (default: per workload).")
-@click.option("--threads", type=click.IntRange(min=1), help="sysbench threads.")
-@click.option("--time", "time_s", type=click.IntRange(min=1), help="sysbench seconds.")
-@click.option("--seed", type=int, help="Data shuffling / synthetic data seed.")
-@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Runs, one cell each.")
-@click.option("--timeout", type=click.IntRange(min=1), default=3600, show_default=True, help="Seconds per run.")
+@click.option(
+    "--learning-rate",
+    type=click.FloatRange(*NUMBER_BOUNDS["learning_rate"], min_open=True),
+    callback=_finite,
+    help="Learning rate (default: per workload).",
+)
+@click.option("--threads", type=_ints("threads"), help="sysbench threads.")
+@click.option("--time", "time_s", type=_ints("time"), help="sysbench seconds.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), help="Data shuffling / synthetic data seed.")
+@click.option("--repeats", type=_ints("repeats"), default=1, show_default=True, help="Runs, one cell each.")
+@click.option(
+    "--timeout",
+    type=click.IntRange(1, int(NUMBER_BOUNDS["cell_timeout"][1])),
+    default=3600,
+    show_default=True,
+    help="Seconds per run.",
+)
 @click.pass_context
 def bench(ctx: click.Context, workload: str, repeats: int, timeout: int, **options: object) -> None:
     """Run WORKLOAD once (or --repeats times) on this machine as layer bm and store the records.
@@ -73,9 +131,9 @@ def bench(ctx: click.Context, workload: str, repeats: int, timeout: int, **optio
     gemm, conv, rnn, sysbench-cpu, sysbench-memory, sysbench-threads, sysbench-fileio.
     """
     if workload not in WORKLOADS:
-        raise DlinfraError(f"unknown workload {workload!r}", f"choose one of: {', '.join(WORKLOADS)}")
-    if options.get("data") and options["data"] != "synthetic" and not Path(str(options["data"])).exists():
-        raise DlinfraError(f"--data {options['data']}: no such file or folder")
+        raise DlinfraError(f"unknown workload {excerpt(workload)}", f"choose one of: {', '.join(WORKLOADS)}")
+    if options.get("data") and options["data"] != "synthetic" and not os.path.exists(str(options["data"])):
+        raise DlinfraError(f"--data {plain(options['data'], tail=True)}: no such file or folder")
     flags: list[str] = []
     for name, flag in PASSTHROUGH.items():
         if options.get(name) is not None:

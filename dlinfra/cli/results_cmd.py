@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from dlinfra.cli.common import console, store_from
@@ -47,11 +48,11 @@ def list_campaigns(ctx: click.Context) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the full run records as JSON lines.")
 @click.pass_context
 def show(ctx: click.Context, campaign: str, as_json: bool) -> None:
-    """Show the runs of CAMPAIGN (an id, a unique prefix, a name, or 'latest')."""
+    """Show the runs of CAMPAIGN (an id, a unique prefix, a name, or 'latest') and every failed attempt."""
     with store_from(ctx) as store:
         campaign_id = store.resolve_campaign(campaign)
         runs = store.runs(campaign_id)
-        cells = store.cells(campaign_id)
+        attempts = store.cells(campaign_id, all_attempts=True)
     if as_json:
         for run in runs:
             click.echo(json.dumps(json.loads(run["record_json"]), sort_keys=True))
@@ -67,9 +68,16 @@ def show(ctx: click.Context, campaign: str, as_json: bool) -> None:
             f"{r['elapsed_s']:.2f}" if r["elapsed_s"] is not None else "-",
         )  # fmt: skip
     console.print(table)
-    failed = [c for c in cells if c["status"] != "ok"]
-    for cell in failed:
-        console.print(f"[red]cell {cell['cell_hash']} repeat {cell['repeat']} failed:[/red] {cell['failure_reason']}")
+    final = {(a["cell_hash"], a["repeat"]): a for a in attempts}  # ordered by attempt: the last one wins
+    for a in attempts:
+        if a["status"] == "ok":
+            continue
+        latest = final[(a["cell_hash"], a["repeat"])]
+        later = f" (attempt {latest['attempt']}: {latest['status']})" if latest is not a else ""
+        console.print(
+            f"[red]{a['layer']}/{a['workload']} cell {a['cell_hash'][:12]} repeat {a['repeat']} "
+            f"attempt {a['attempt']} failed:[/red] {escape(a['failure_reason'] or '')}{later}"
+        )
 
 
 @results.command(

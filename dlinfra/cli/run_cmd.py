@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from dlinfra.cli.common import console, err_console, store_from
@@ -52,6 +53,10 @@ def run(
     quiet: bool,
 ) -> int:
     """Run the campaign SPEC: provision, deploy, run every cell x repeat, store each as it ends."""
+    from dlinfra.orchestration.spec import preflight
+
+    # Bad input fails here, before the store is opened (created) or anything is built or provisioned.
+    preflight(spec, layers=list(layers), inventory=inventory, campaign_id=campaign_id)
     from dlinfra.orchestration.campaign import run_campaign
 
     with store_from(ctx) as store:
@@ -75,18 +80,21 @@ def run(
         table.add_row(
             s.cell.label(),
             str(s.repeat),
-            "ok" if s.run.status == "ok" else f"[red]failed[/red]: {s.run.failure_reason}",
+            "ok" if s.run.status == "ok" else f"[red]failed[/red]: {escape(s.run.failure_reason or '')}",
             f"{s.run.wall_s:.2f}",
             f"{elapsed:.2f}" if elapsed is not None else "-",
             f"{s.overhead_s:.2f}" if s.overhead_s is not None else "-",
         )
     if result.ran:
         console.print(table)
+    for failure in result.layer_failures:
+        console.print(f"[red]{escape(str(failure))}[/red]")
     ok = len(result.ran) - len(result.failed)
+    retry = f"; retry the failed cells with 'dlinfra run {spec} --resume'" if result.failed else ""
     console.print(
         f"campaign {result.campaign_id}: {ok} ok, {len(result.failed)} failed, "
         f"{result.skipped} skipped (already stored)"
-        + (" — interrupted; stored cells are kept, rerun with --resume" if result.interrupted else "")
+        + (" — interrupted; stored cells are kept, rerun with --resume" if result.interrupted else retry)
     )
     if result.interrupted:
         return 130

@@ -3,16 +3,40 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from dlinfra.cli.common import console
+from dlinfra.safe_yaml import excerpt
+
+#: The most hosts one testbed may have: each is a network namespace with its own sshd on this machine.
+MAX_HOSTS = 60
+
+
+def _pattern(regex: str, what: str) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    """A click callback refusing values that do not fully match ``regex``, naming the flag and quoting the value."""
+    compiled = re.compile(regex, re.ASCII)
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is not None and not compiled.fullmatch(value):
+            raise click.BadParameter(f"must be {what}, got {excerpt(value)}", ctx, param)
+        return value
+
+    return check
+
 
 NAME_OPTION = click.option(
-    "--name", default="dlinfra", show_default=True, help="Testbed name: several testbeds can coexist."
+    "--name",
+    default="dlinfra",
+    show_default=True,
+    callback=_pattern(r"[A-Za-z0-9-]{1,24}", "1-24 letters, digits or '-'"),
+    help="Testbed name: several testbeds can coexist.",
 )
 
 
@@ -38,9 +62,14 @@ Examples:
 """,
 )
 @click.option("--local", "local", is_flag=True, required=True, help="Build the hosts on this machine (the only kind).")
-@click.option("--hosts", type=click.IntRange(1, 60), default=3, show_default=True, help="How many hosts.")
+@click.option("--hosts", type=click.IntRange(1, MAX_HOSTS), default=3, show_default=True, help="How many hosts.")
 @NAME_OPTION
-@click.option("--subnet", default=None, help="IPv4 /24 for the hosts (default: the first free one from 10.213.47.0).")
+@click.option(
+    "--subnet",
+    default=None,
+    callback=_pattern(r"[0-9.]{7,15}(/[0-9]{1,2})?", "an IPv4 network like 10.213.90.0/24"),
+    help="IPv4 /24 for the hosts (default: the first free one from 10.213.47.0).",
+)
 @click.option(
     "--inventory-out",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -86,20 +115,37 @@ def status(name: str, as_json: bool) -> None:
         raise SystemExit(1)
 
 
-@testbed.command("down", epilog="\b\nExamples:\n  sudo dlinfra testbed down\n  sudo dlinfra testbed down --name ci")
+@testbed.command(
+    "down",
+    epilog="\b\nExamples:\n  sudo dlinfra testbed down\n  sudo dlinfra testbed down --name ci\n"
+    "  sudo dlinfra testbed down --dry-run",
+)
 @NAME_OPTION
-def down(name: str) -> None:
-    """Remove everything 'up' made for this testbed, and nothing else (idempotent)."""
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+def down(name: str, dry_run: bool) -> None:
+    """Remove everything 'up' made for this testbed and what ran on its hosts, and nothing else (idempotent).
+
+    That is: the hosts' dockerds (their containers, data roots, exec roots and every mount under
+    them), podman containers on the hosts, sshds, namespaces, veths, the bridge, the iptables rules
+    commented dlinfra-testbed:NAME, and the state folder. Never this machine's own dockerd.
+    """
     from dlinfra.testbed.local import LocalTestbed
 
-    removed = LocalTestbed(name).down()
-    console.print(f"testbed {name} removed" if removed else f"testbed {name} was not up: nothing to remove")
+    removed = LocalTestbed(name).down(dry_run=dry_run)
+    if not removed:
+        console.print(f"testbed {name} was not up: nothing to remove")
+        return
+    table = Table("kind", "count", "would remove" if dry_run else "removed", title=f"testbed {name}")
+    for kind, items in removed.items():
+        table.add_row(kind, str(len(items)), escape("\n".join(items)))
+    console.print(table)
+    console.print(f"testbed {name} {'would be removed (dry run)' if dry_run else 'removed'}")
 
 
 @testbed.command(
     "stop-host", epilog="\b\nExamples:\n  sudo dlinfra testbed stop-host dlinfra-h2   # simulate a dead host"
 )
-@click.argument("host")
+@click.argument("host", callback=_pattern(r"[A-Za-z0-9.-]{1,64}", "a testbed host name like dlinfra-h2"))
 @NAME_OPTION
 def stop_host(host: str, name: str) -> None:
     """Kill every process of HOST (sshd, sessions, payload), as if it died."""
@@ -110,7 +156,7 @@ def stop_host(host: str, name: str) -> None:
 
 
 @testbed.command("start-host", epilog="\b\nExamples:\n  sudo dlinfra testbed start-host dlinfra-h2")
-@click.argument("host")
+@click.argument("host", callback=_pattern(r"[A-Za-z0-9.-]{1,64}", "a testbed host name like dlinfra-h2"))
 @NAME_OPTION
 def start_host(host: str, name: str) -> None:
     """Start HOST's sshd again after stop-host."""

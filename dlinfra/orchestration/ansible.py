@@ -7,19 +7,22 @@ failed *which task* with *what message*, not a wall of Ansible output.
 Behaviour is pinned by a generated ``ANSIBLE_CONFIG`` (pipelining on, host
 keys checked, our roles path), so a user's ``~/.ansible.cfg`` or an
 ``ansible.cfg`` in the current folder cannot change what a run does. Run
-artifacts are kept under the campaign's artifacts folder; private keys and
-password-like values are scrubbed from them after every run.
+artifacts are kept under the campaign's artifacts folder, and nothing secret
+may stay there: Ansible gets only the controller variables it needs (not the
+whole environment, which ansible-runner would record in ``command``), extra
+vars travel in a private file rather than on the command line, every event is
+redacted (:mod:`dlinfra.secrets`) before runner writes it, and every file is
+scrubbed after the run.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from dlinfra import secrets
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.providers.base import Target
 
@@ -35,13 +39,22 @@ ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
 ROLES = ROOT / "roles"
 
-_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----", re.S)
-_PEM_ESCAPED = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:\\n|.)*?-----END [A-Z0-9 ]*PRIVATE KEY-----")
-_SECRET_KV = re.compile(
-    r'("(?:[a-z_]*(?:password|passwd|secret|token|private_key_content|become_pass|ssh_pass)[a-z_]*)"\s*:\s*)"[^"]*"',
-    re.I,
-)
-_SECRET_ENV = re.compile(r"((?:PASSWORD|PASSWD|SECRET|TOKEN)[A-Z_]*=)\S+")
+#: Set to 1 to give Ansible the controller's whole environment and keep it in the ``command`` artifact
+#: (secret values in it are still replaced by ``***``). For debugging a run that works from a shell.
+KEEP_ENV_VAR = "DLINFRA_ARTIFACTS_KEEP_ENV"
+#: Comma-separated names of more controller variables Ansible needs (``OS_CLOUD,MY_PROXY``); recorded nowhere.
+EXTRA_ENV_VAR = "DLINFRA_ANSIBLE_ENV"
+#: Controller variables Ansible gets: what it needs to find programs, reach hosts (agent, proxies) and
+#: read its own settings. Anything else in the controller's environment stays out of Ansible.
+PASS_ENV = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
+        "SSH_AUTH_SOCK", "SSH_AGENT_PID", "KRB5CCNAME", "VIRTUAL_ENV", "PYTHONPATH", "XDG_RUNTIME_DIR",
+        "http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
+        "LIBVIRT_DEFAULT_URI", "DOCKER_HOST", "CONTAINER_HOST", "OS_CLOUD", "OS_CLIENT_CONFIG_FILE",
+    }
+)  # fmt: skip
+PASS_ENV_PREFIXES = ("ANSIBLE_", "LC_")
 
 
 @dataclass
@@ -138,24 +151,79 @@ def inventory_for(targets: list[Target], group: str = "dlinfra_targets") -> dict
     return {"all": {"children": {group: {"hosts": {t.name: t.ansible_vars() for t in targets}}}}}
 
 
-def scrub(path: Path) -> None:
-    """Remove private keys and password-like values from every text file under ``path``."""
-    for f in path.rglob("*"):
-        if not f.is_file() or f.is_symlink():
+def keep_env() -> bool:
+    """Whether the user asked (``DLINFRA_ARTIFACTS_KEEP_ENV=1``) for the controller's environment in artifacts."""
+    return os.environ.get(KEEP_ENV_VAR, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def ansible_environment(runner_env: Mapping[str, str], controller: Mapping[str, str]) -> dict[str, str]:
+    """The environment Ansible runs with: what ansible-runner set, plus only the controller variables it needs.
+
+    ansible-runner seeds its environment with the controller's whole one, passes it to Ansible (where
+    facts and ``-vvv`` output can show it) and writes it to the ``command`` artifact.
+    """
+    extra = {n.strip() for n in controller.get(EXTRA_ENV_VAR, "").split(",") if n.strip()}
+    return {
+        k: v
+        for k, v in runner_env.items()
+        if controller.get(k) != v or k in PASS_ENV or k in extra or k.startswith(PASS_ENV_PREFIXES)
+    }
+
+
+def _scrub_bytes(name: str, data: bytes, keep_env: bool) -> bytes:
+    """One artifact with secrets redacted; JSON string by string (secret-named keys masked), other files as text."""
+    text = data.decode("utf-8", "surrogateescape")
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            pass
+        else:
+            if name == "command" and isinstance(obj, dict) and not keep_env:
+                obj = {k: v for k, v in obj.items() if k != "env"}
+            clean = secrets.redact_obj(obj)
+            if clean == json.loads(text):
+                return data
+            return json.dumps(clean, ensure_ascii=False).encode("utf-8", "surrogateescape")
+    return secrets.redact_bytes(data)
+
+
+def scrub(path: Path, keep_env: bool = False) -> None:
+    """Make every file under ``path`` safe to keep.
+
+    Key files go; the ``command`` file loses the environment ansible-runner recorded (unless
+    ``keep_env``); every other file (stdout, job events, fact caches, any encoding) has each
+    registered secret value and each pattern-recognised secret replaced by ``***``.
+    """
+    for f in sorted(path.rglob("*")):
+        if f.is_symlink() or not f.is_file():
             continue
-        if f.name == "ssh_key" or (f.parent.name == "env" and f.name in ("passwords", "ssh_key")):
+        if f.name in ("ssh_key", "ssh_key_data") or (f.parent.name == "env" and f.name in ("passwords", "envvars")):
             f.unlink()
             continue
         try:
-            text = f.read_text()
-        except (UnicodeDecodeError, OSError):
+            data = f.read_bytes()
+        except OSError:
             continue
-        clean = _PEM.sub("[REDACTED PRIVATE KEY]", text)
-        clean = _PEM_ESCAPED.sub("[REDACTED PRIVATE KEY]", clean)
-        clean = _SECRET_KV.sub(r'\1"[REDACTED]"', clean)
-        clean = _SECRET_ENV.sub(r"\1[REDACTED]", clean)
-        if clean != text:
-            f.write_text(clean)
+        clean = _scrub_bytes(f.name, data, keep_env)
+        if clean != data:
+            f.write_bytes(clean)
+
+
+def _register_secrets(
+    extravars: Mapping[str, Any] | None, hostvars: Iterable[Mapping[str, Any]], inventory: Path | None
+) -> None:
+    """Register what this run may write that is secret: the environment's, the extra vars' and the inventory's."""
+    secrets.register_environ()
+    secrets.register_obj(dict(extravars or {}))
+    secrets.register_host_vars(hostvars)
+    if inventory is not None:
+        from dlinfra.inventory import load_inventory
+
+        try:
+            secrets.register_host_vars(h.vars for h in load_inventory(inventory))
+        except DlinfraError:
+            pass  # Ansible itself will say what is wrong with it
 
 
 def _message(res: dict[str, Any]) -> str:
@@ -213,7 +281,7 @@ def run_playbook(
     on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> PlaybookResult:
     """Run ``playbook`` against ``targets`` (or an existing ``inventory``) and report per host."""
-    import ansible_runner
+    from ansible_runner.interface import init_runner
 
     book = Path(playbook)
     if not book.is_absolute():
@@ -226,6 +294,7 @@ def run_playbook(
     private = Path(tempfile.mkdtemp(prefix="dlinfra-runner-"))
     artifacts = Path(artifacts_dir) if artifacts_dir else private / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
+    keep = keep_env()
     try:
         cfg = ansible_config(private / "ansible.cfg")
         if targets is not None:
@@ -237,10 +306,20 @@ def run_playbook(
             hosts = []
         else:
             raise DlinfraError("run_playbook needs targets or an inventory")
+        _register_secrets(extravars, [t.ansible_vars() for t in targets or []], inv_path if targets is None else None)
+        # Extra vars in a private file (-e @file), not on the command line, where ps and `command` would show them.
+        (private / "env").mkdir(mode=0o700)
+        extravars_file = private / "env" / "extravars"
+        extravars_file.touch(mode=0o600)
+        extravars_file.write_text(json.dumps(extravars or {}))
         display = _Display(console, hosts, book.stem, quiet)
         result = PlaybookResult(playbook=book.name, status="unstarted", rc=-1)
 
         def handle(event: dict[str, Any]) -> bool:
+            # In place: ansible-runner writes this very dict to job_events/ once we return.
+            clean = secrets.redact_obj(event)
+            event.clear()
+            event.update(clean)
             data = event.get("event_data") or {}
             host = data.get("host") or data.get("remote_addr")
             kind = event.get("event", "")
@@ -268,13 +347,12 @@ def run_playbook(
             return True
 
         with display.progress:
-            runner = ansible_runner.run(
+            runner = init_runner(
                 private_data_dir=str(private),
                 artifact_dir=str(artifacts),
                 ident=ident,
                 playbook=str(book),
                 inventory=str(inv_path),
-                extravars=extravars or {},
                 envvars={"ANSIBLE_CONFIG": str(cfg), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"},
                 quiet=True,
                 suppress_env_files=True,
@@ -282,6 +360,9 @@ def run_playbook(
                 timeout=timeout,
                 limit=limit,
             )
+            if not keep:
+                runner.config.env = ansible_environment(runner.config.env, os.environ)
+            runner.run()
         result.status = runner.status
         result.rc = runner.rc if runner.rc is not None else -1
         result.artifacts = Path(runner.config.artifact_dir)
@@ -301,5 +382,5 @@ def run_playbook(
             result.failures.append(TaskFailure("*", book.stem, f"playbook timed out after {timeout} s"))
         return result
     finally:
-        scrub(artifacts)
+        scrub(artifacts, keep_env=keep)
         shutil.rmtree(private, ignore_errors=True)

@@ -5,7 +5,9 @@ cells -> launch each cell x repeat -> store it in one transaction -> down.
 
 Why each cell is stored on its own: a campaign can run for hours, and a
 Ctrl-C, a dead host or a crashed controller must lose nothing already
-measured. ``--resume`` then runs only the cells not yet stored as ok.
+measured. Why a layer's failure is its own: one guest that does not boot must
+not cost the bare-metal and container cells; its cells are stored as failed
+with the reason, and ``--resume`` runs only the cells not yet stored as ok.
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ from types import FrameType
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.markup import escape
 
 from dlinfra.errors import DlinfraError, SpecError
-from dlinfra.inventory import load_inventory
+from dlinfra.inventory import InventoryHost, check_resolvable, load_inventory, match_pattern
 from dlinfra.orchestration.cells import Cell, expand, plan
 from dlinfra.orchestration.deploy import deploy, verify_identities
 from dlinfra.orchestration.launch import CellRun, Launcher
+from dlinfra.orchestration.progress import current_console, phase, say, use_console
 from dlinfra.orchestration.spec import CampaignSpec, load_spec
+from dlinfra.orchestration.sweep import sweep_dead_runs
 from dlinfra.orchestration.wheelhouse import Wheelhouse, build_wheelhouse
 from dlinfra.providers import provider_for
 from dlinfra.providers.base import LayerSpec, Provider, Target
@@ -55,6 +59,8 @@ class CampaignResult:
     interrupted: bool = False
     deploy_s: float = 0.0
     deploy_changed: int = 0
+    #: Layers that did not come up or could not be deployed to; their cells are stored as failed.
+    layer_failures: list[LayerFailure] = field(default_factory=list)
 
     @property
     def failed(self) -> list[CellSummary]:
@@ -104,49 +110,164 @@ def _resolve_campaign_id(store: ResultsStore, spec: CampaignSpec, campaign_id: s
 STACKED_ON = {"ctr-vm": "vm"}
 
 
+@dataclass
+class LayerFailure:
+    """Why a layer has no targets: its cells are stored as failed with this reason, the others run."""
+
+    layer: str
+    step: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"layer {self.layer} failed at {self.step}: {self.reason}"
+
+
+@dataclass
+class BroughtUp:
+    """What bring-up made: targets per layer, the providers to take down, and the layers that failed."""
+
+    targets: dict[str, list[Target]] = field(default_factory=dict)
+    providers: list[Provider] = field(default_factory=list)
+    failures: dict[str, LayerFailure] = field(default_factory=dict)
+    #: Stand-ins for a failed layer's targets (one per host it would have used), so its cells keep the
+    #: configs and hashes they have when it comes up, and ``--resume`` retries exactly them.
+    placeholders: dict[str, list[Target]] = field(default_factory=dict)
+
+    def down(self) -> None:
+        """Take every layer down, stacked layers first; one failing teardown does not stop the others."""
+        for provider in reversed(self.providers):
+            with phase(f"{provider.layer}: tear down"):
+                try:
+                    provider.down()
+                except Exception as exc:  # noqa: BLE001 - report and go on: the next layer must still go
+                    say(f"[red]teardown of {provider.layer} failed:[/red] {exc} (dlinfra sweep removes the rest)")
+        self.providers = []
+
+
+def _placeholders(layer: str, hosts: list[InventoryHost], options: dict[str, Any], below: list[Target] | None):
+    """One stand-in target per host a failed layer would have used (its option ``hosts`` patterns honoured)."""
+    if below is not None:  # a stacked layer runs on the layer below's targets
+        return [Target(layer, f"{layer}@{t.name}", t.physical_host, t.address, facts=dict(t.facts)) for t in below]
+    patterns = options.get("hosts")
+    if isinstance(patterns, list) and all(isinstance(p, str) for p in patterns):
+        picked = [h for p in patterns for h in match_pattern(p, hosts, lambda h: {h.name, *h.groups})]
+        hosts = [h for h in hosts if h in picked]
+    guests = options.get("guests") if layer == "vm" else None
+    per_host = len(guests) if isinstance(guests, list) and guests else 1
+    return [
+        Target(layer, f"{layer}@{h.name}#{i}", h.name, h.address, facts={"groups": list(h.groups)})
+        for h in hosts
+        for i in range(per_host)
+    ]
+
+
+def _carrying(spec: CampaignSpec, hosts: list[InventoryHost], inventory: Path, layer: str) -> list[InventoryHost]:
+    carrying = [h for h in hosts if layer in h.layers]
+    if not carrying:
+        raise SpecError(
+            f"{spec.path}: layers: no host of inventory {inventory} carries layer {layer}",
+            "list it in the hosts' dlinfra_layers",
+        )
+    return carrying
+
+
+def _layers_done(
+    spec: CampaignSpec, hosts: list[InventoryHost], inventory: Path, done: set[tuple[str, int]]
+) -> dict[str, list[Target]]:
+    """Layers whose every cell x repeat is stored as ok already, with the stand-ins their cells were
+    expanded on: ``--resume`` need not bring them up."""
+    stand_ins: dict[str, list[Target]] = {}
+    for layer in sorted(spec.layers, key=lambda layer: layer in STACKED_ON):
+        carrying = _carrying(spec, hosts, inventory, layer)
+        below = stand_ins.get(STACKED_ON.get(layer, ""))
+        stand_ins[layer] = _placeholders(layer, carrying, spec.layer_options.get(layer, {}), below)
+    cells = expand(spec, stand_ins, unplaced=set(spec.layers))
+    finished = {
+        layer
+        for layer in spec.layers
+        if all((c.hash, r) in done for c in cells if c.layer == layer for r in range(spec.repeats))
+    }
+    needed = {STACKED_ON[above] for above in spec.layers if above in STACKED_ON and above not in finished}
+    return {layer: stand_ins[layer] for layer in finished - needed}
+
+
 def bring_up(
-    spec: CampaignSpec, inventory: Path, artifacts: Path, wheelhouse: Wheelhouse | None = None
-) -> tuple[dict[str, list[Target]], list[Provider]]:
-    """Every layer's targets, from the inventory hosts that carry it.
+    spec: CampaignSpec,
+    hosts: list[InventoryHost],
+    inventory: Path,
+    artifacts: Path,
+    wheelhouse: Wheelhouse | None = None,
+    skip: dict[str, list[Target]] | None = None,
+) -> BroughtUp:
+    """Every layer's targets, from the inventory hosts that carry it; a layer that fails is recorded, not fatal.
 
     A stacked layer comes up after the layer it runs on, on the same targets when
-    the campaign measures both. If one layer fails, those already up are taken down.
+    the campaign measures both; when that layer failed, so does the stacked one.
+    Layers in ``skip`` (nothing left to run) keep the stand-ins given there. A bad spec
+    (SpecError) or Ctrl-C takes down what is up and stops the campaign.
     """
-    hosts = load_inventory(inventory)
-    providers: list[Provider] = []
-    targets: dict[str, list[Target]] = {}
+    check_resolvable(hosts, str(inventory))  # a typo'd address is bad input, not a layer failure
+    up = BroughtUp()
     order = sorted(spec.layers, key=lambda layer: layer in STACKED_ON)
     try:
         for layer in order:
-            provider = provider_for(layer)()
-            carrying = [h for h in hosts if layer in h.layers]
-            if not carrying:
-                raise SpecError(
-                    f"{spec.path}: layers: no host of inventory {inventory} carries layer {layer}",
-                    "list it in the hosts' dlinfra_layers",
-                )
+            carrying = _carrying(spec, hosts, inventory, layer)
+            options = spec.layer_options.get(layer, {})
             base = STACKED_ON.get(layer)
+            if skip and layer in skip:
+                up.placeholders[layer] = skip[layer]
+                say(f"  {layer}: every cell is stored already, not brought up")
+                continue
+            if base in up.failures:
+                up.failures[layer] = LayerFailure(layer, f"{base} bring-up", f"layer {base} did not come up")
+                up.placeholders[layer] = _placeholders(layer, carrying, options, up.placeholders.get(base))
+                say(f"[red]✗ {layer}: skipped[/red], it runs on layer {base}, which did not come up")
+                continue
+            provider = provider_for(layer)()
             layer_spec = LayerSpec(
                 layer,
                 carrying,
                 inventory,
-                spec.layer_options.get(layer, {}),
+                options,
                 artifacts / layer,
-                below=targets.get(base) if base else None,
+                below=up.targets.get(base) if base else None,
                 below_options=spec.layer_options.get(base, {}) if base else {},
                 wheelhouse=wheelhouse,
-                stacked=[up for up, on in STACKED_ON.items() if on == layer and up in spec.layers],
+                stacked=[above for above, on in STACKED_ON.items() if on == layer and above in spec.layers],
             )
-            providers.append(provider)
-            targets[layer] = provider.up(layer_spec)
-            for t in targets[layer]:
+            up.providers.append(provider)
+            try:
+                with phase(f"{layer}: bring up", f"on {', '.join(h.name for h in carrying)}"):
+                    targets = provider.up(layer_spec)
+            except (SpecError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure of one layer must leave the others running
+                up.failures[layer] = LayerFailure(layer, "bring-up", _one_line(exc))
+                up.placeholders[layer] = _placeholders(layer, carrying, options, None)
+                up.providers.remove(provider)
+                with phase(f"{layer}: clean up after the failed bring-up"):
+                    _quietly(provider.down)
+                continue
+            for t in targets:
                 host = next((h for h in carrying if h.name == t.physical_host), None)
                 t.facts.setdefault("groups", host.groups if host else [])
+            up.targets[layer] = targets
     except BaseException:
-        for provider in reversed(providers):
-            provider.down()
+        up.down()
         raise
-    return targets, providers
+    return up
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _quietly(action: Any) -> None:
+    try:
+        action()
+    except Exception as exc:  # noqa: BLE001 - cleanup after a failure must not hide that failure
+        say(f"[red]cleanup failed:[/red] {_one_line(exc)} (dlinfra sweep removes the rest)")
 
 
 def run_campaign(
@@ -162,8 +283,14 @@ def run_campaign(
     console: Console | None = None,
     quiet: bool = False,
 ) -> CampaignResult:
-    """Run (or resume) a campaign; every cell x repeat is stored as soon as it ends."""
+    """Run (or resume) a campaign; every cell x repeat is stored as soon as it ends.
+
+    A layer that cannot come up (or be deployed to) fails its own cells, stored
+    with the reason; every other layer runs. ``--resume`` retries exactly the
+    cells without a successful attempt.
+    """
     console = console or Console(stderr=True)
+    use_console(None if quiet else console)
     spec = load_spec(spec_path)
     if only_layers:
         stray = [layer for layer in only_layers if layer not in spec.layers]
@@ -174,14 +301,52 @@ def run_campaign(
         spec.layers = [layer for layer in spec.layers if layer in only_layers]
     inventory_path = spec.inventory_path(inventory)
     cid = _resolve_campaign_id(store, spec, campaign_id, resume)
+    say(f"campaign [bold]{cid}[/bold]: layers {', '.join(spec.layers)}; inventory {inventory_path}")
     artifacts = Path(artifacts) if artifacts else Path("artifacts") / cid
-    wheelhouse = build_wheelhouse()  # once: the images and every target get these very bytes
-    targets_by_layer, providers = bring_up(spec, inventory_path, artifacts, wheelhouse)
+    hosts = load_inventory(inventory_path)
+    skip = _layers_done(spec, hosts, inventory_path, store.done_cells(cid)) if resume else {}
+    sweep_dead_runs(current_console())  # what crashed runs left (a --resume's own crash too) goes first
+    with phase("wheelhouse"):
+        wheelhouse = build_wheelhouse()  # once: the images and every target get these very bytes
+    up = bring_up(spec, hosts, inventory_path, artifacts, wheelhouse, skip)
     try:  # whatever happens next (a deploy failure, Ctrl-C, a bad cell), what bring_up made is removed
-        return _measure(spec, store, cid, artifacts, targets_by_layer, wheelhouse, resume, skip_deploy, console, quiet)
+        return _measure(spec, store, cid, artifacts, up, wheelhouse, resume, skip_deploy)
     finally:
-        for provider in reversed(providers):  # stacked layers first: ctr-vm's containers before vm's guests
-            provider.down()
+        up.down()
+
+
+def _deploy_layers(
+    targets_by_layer: dict[str, list[Target]], wheelhouse: Wheelhouse, artifacts: Path, skip_deploy: bool
+) -> tuple[list[LayerFailure], float, int]:
+    """Deploy (or with ``skip_deploy`` only verify) layer by layer; a layer that fails is returned, not raised.
+
+    Returns the failed layers, the seconds spent and the tasks Ansible changed.
+    """
+    failures: list[LayerFailure] = []
+    started, changed = time.monotonic(), 0
+    for layer, targets in targets_by_layer.items():
+        if not targets:
+            continue
+        try:
+            with phase(f"{layer}: deploy the payload", f"to {len(targets)} target(s)"):
+                if skip_deploy:
+                    verify_identities(targets, wheelhouse.payload_hash)
+                else:
+                    console = current_console()
+                    deployed = deploy(
+                        targets,
+                        artifacts_dir=artifacts / "ansible" / layer,
+                        wheelhouse=wheelhouse,
+                        console=console,
+                        quiet=console is None,
+                    )
+                    changed += deployed.changed
+                    say(f"  {layer}: payload {deployed.payload_hash[:12]} on every target (changed={deployed.changed})")
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one layer's deploy failure fails its cells only
+            failures.append(LayerFailure(layer, "deploy", _one_line(exc)))
+    return failures, time.monotonic() - started, changed
 
 
 def _measure(
@@ -189,66 +354,62 @@ def _measure(
     store: ResultsStore,
     cid: str,
     artifacts: Path,
-    targets_by_layer: dict[str, list[Target]],
+    up: BroughtUp,
     wheelhouse: Wheelhouse,
     resume: bool,
     skip_deploy: bool,
-    console: Console,
-    quiet: bool,
 ) -> CampaignResult:
     """Deploy to the targets the remaining cells use, then run and store each cell x repeat."""
-    say = (lambda *a: None) if quiet else console.print
-    all_targets = [t for ts in targets_by_layer.values() for t in ts]
-    cells = expand(spec, targets_by_layer)
+    unusable = {  # stand-ins never run a cell: a failed layer's say why, a skipped layer's cells are all stored
+        t.name: str(up.failures[layer]) if layer in up.failures else f"layer {layer} was not brought up"
+        for layer, stand_ins in up.placeholders.items()
+        for t in stand_ins
+    }
+    cells = expand(spec, {**up.targets, **up.placeholders}, unplaced=set(up.placeholders))
     # Repeat-major: repeat 0 of every cell, then repeat 1, ... so drift in a machine's load hits every
     # layer alike instead of biasing whichever ran last.
     todo_all = [(cell, r) for r in range(spec.repeats) for cell in cells]
     done = store.done_cells(cid) if resume else set()
     todo = [(cell, r) for cell, r in todo_all if (cell.hash, r) not in done]
-    result = CampaignResult(cid, len(todo_all), len(todo_all) - len(todo))
+    result = CampaignResult(cid, len(todo_all), len(todo_all) - len(todo), layer_failures=list(up.failures.values()))
     say(f"campaign [bold]{cid}[/bold]: {len(todo_all)} cell runs, {result.skipped} already stored, {len(todo)} to run")
     if not todo:
         return result
 
-    used = {t.name for cell, _ in todo for t_name in cell.targets for t in all_targets if t.name == t_name}
-    deploy_targets = [t for t in all_targets if t.name in used]
-    started = time.monotonic()
-    if skip_deploy:
-        verify_identities(deploy_targets, wheelhouse.payload_hash)
-    else:
-        say(f"deploying the payload to {len(deploy_targets)} target(s)")
-        deployed = deploy(
-            deploy_targets, artifacts_dir=artifacts / "ansible", console=console, quiet=quiet, wheelhouse=wheelhouse
-        )
-        result.deploy_changed = deployed.changed
-        say(f"deployed in {deployed.seconds:.1f} s (changed={deployed.changed}), payload {deployed.payload_hash[:12]}")
-    result.deploy_s = time.monotonic() - started
+    used = {name for cell, _ in todo for name in cell.targets if name not in unusable}
+    to_deploy = {layer: [t for t in ts if t.name in used] for layer, ts in up.targets.items()}
+    failed_deploys, result.deploy_s, result.deploy_changed = _deploy_layers(
+        to_deploy, wheelhouse, artifacts, skip_deploy
+    )
+    for failure in failed_deploys:
+        unusable.update({t.name: str(failure) for t in to_deploy[failure.layer]})
+    result.layer_failures += failed_deploys
     store.add_campaign(cid, spec.name, spec.raw)
 
-    by_name = {t.name: t for t in all_targets}
+    by_name = {t.name: t for ts in up.targets.values() for t in ts}
     launcher = Launcher(cid, peer_timeout=spec.peer_timeout)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("[red]{task.fields[failed]} failed[/red]"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=console,
-        disable=quiet,
-        transient=False,
-    )
+    cell_times: list[float] = []
     try:
-        with _Interrupt() as interrupt, progress:
-            bar = progress.add_task(spec.name, total=len(todo), failed=0)
-            for cell, repeat in todo:
+        with _Interrupt() as interrupt:
+            for number, (cell, repeat) in enumerate(todo, start=1):
                 if interrupt.event.is_set():
                     result.interrupted = True
                     break
-                progress.update(bar, description=f"{cell.label()} #{repeat}")
-                processes = plan(cell, by_name)
-                run = launcher.run_cell(cell, repeat, processes, spec.cell_timeout, interrupt.event)
+                name = f"cell {number}/{len(todo)} {cell.label()} #{repeat}"
+                blocked = next((unusable[n] for n in cell.targets if n in unusable), None)
+                if blocked is not None:
+                    run = _not_run(blocked)
+                    say(f"[red]✗ {escape(name)} not run:[/red] {escape(blocked)}")
+                else:
+                    with phase(name) as running:
+                        run = launcher.run_cell(cell, repeat, plan(cell, by_name), spec.cell_timeout, interrupt.event)
+                        cell_times.append(run.wall_s)
+                        left = len(todo) - number
+                        eta = f"; about {_minutes(left * sum(cell_times) / len(cell_times))} left" if left else ""
+                        if run.status == "ok":
+                            running.outcome = f"ok{eta}"
+                        else:
+                            running.failure = f"stored as failed: {run.failure_reason}"
                 outcome = CellOutcome(
                     campaign_id=cid,
                     cell_hash=cell.hash,
@@ -262,14 +423,20 @@ def _measure(
                     ended_utc=run.ended_utc,
                 )
                 store.store_cell(outcome, run.records)  # a failed cell keeps its valid records: they say why
-                summary = CellSummary(cell, repeat, run)
-                result.ran.append(summary)
-                if run.status != "ok":
-                    progress.console.print(f"[red]✗ {cell.label()} #{repeat}:[/red] {run.failure_reason}")
-                progress.update(bar, advance=1, failed=len(result.failed))
+                result.ran.append(CellSummary(cell, repeat, run))
                 if interrupt.event.is_set():
                     result.interrupted = True
                     break
     finally:
         launcher.close()
     return result
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def _not_run(reason: str) -> CellRun:
+    """The outcome of a cell that cannot run because one of its targets never came up."""
+    now = datetime.now(UTC).isoformat(timespec="milliseconds")
+    return CellRun(status="failed", failure_reason=reason, records=[], started_utc=now, ended_utc=now, wall_s=0.0)

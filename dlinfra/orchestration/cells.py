@@ -87,8 +87,14 @@ def _targets_for(workload: WorkloadSpec, targets: list[Target], spec: CampaignSp
     return chosen
 
 
-def expand(spec: CampaignSpec, targets_by_layer: dict[str, list[Target]]) -> list[Cell]:
-    """Every cell of the campaign, in spec order, without duplicates."""
+def expand(
+    spec: CampaignSpec, targets_by_layer: dict[str, list[Target]], unplaced: set[str] | frozenset[str] = frozenset()
+) -> list[Cell]:
+    """Every cell of the campaign, in spec order, without duplicates.
+
+    Layers in ``unplaced`` have stand-in targets (they did not come up): their cells are
+    listed with the same configs, but processes are not placed on them.
+    """
     cells: list[Cell] = []
     seen: set[str] = set()
     for layer in spec.layers:
@@ -121,7 +127,7 @@ def expand(spec: CampaignSpec, targets_by_layer: dict[str, list[Target]]) -> lis
                         base["ps"] = 0
                     config = {**base, "hosts": [t.physical_host for t in chosen]}
                     cell = _add(cells, seen, config, [t.name for t in chosen])
-                    if cell is not None:
+                    if cell is not None and layer not in unplaced:
                         plan(cell, {t.name: t for t in chosen})  # fail now, not after hours of other cells
     return cells
 

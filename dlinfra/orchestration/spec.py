@@ -22,14 +22,16 @@ Shape (docs/campaigns.md has the full reference)::
 from __future__ import annotations
 
 import difflib
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from dlinfra import safe_yaml
 from dlinfra.errors import SpecError
 from dlinfra.record import LAYERS
+from dlinfra.safe_yaml import dotted, excerpt, plain
 
 TOP_FIELDS = {
     "name": "campaign name (letters, digits, '-', '_', '.')",
@@ -65,6 +67,62 @@ MATRIX_KEYS = {
 }
 MODES = ("single", "ps-async", "sync")
 PLACEMENTS = ("spread", "pack")
+CELLS = ("vanilla", "lstm", "gru")
+
+# Bounds (docs/campaigns.md, "Limits"): far beyond any real campaign, yet a typo'd exponent or a hostile file
+# fails here in milliseconds rather than after provisioning, or by exhausting the controller's memory.
+#: The file: size, nesting, values (no anchors or aliases: a spec has no use for them), string length.
+SPEC_LIMITS = safe_yaml.Limits(max_bytes=1 << 20, max_depth=16, max_nodes=20_000, max_string=4096, aliases=False)
+MAX_TEXT = 4096
+MAX_NAME = 100
+MAX_WORKLOADS = 1000
+MAX_HOSTS = 1000
+MAX_VALUES = 100  # per matrix key
+MAX_CELLS = 10_000  # matrix points x layers, over all workloads
+MAX_RUNS = 100_000  # cells x repeats
+#: Integer fields and matrix keys: inclusive (low, high); ``dlinfra bench`` bounds its flags with the same table.
+INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "repeats": (1, 1000),
+    "warmup_steps": (0, 10_000_000),
+    "steps": (1, 10_000_000),
+    "batch_size": (1, 65_536),
+    "ps": (0, 1024),
+    "workers": (1, 1024),
+    "threads": (1, 4096),
+    "time": (1, 86_400),
+    "image_size": (1, 4096),
+    "num_classes": (1, 1_000_000),
+}
+#: Number fields and matrix keys: (low, high], finite.
+NUMBER_BOUNDS: dict[str, tuple[float, float]] = {
+    "cell_timeout": (0, 7 * 86_400),
+    "peer_timeout": (0, 86_400),
+    "learning_rate": (0, 100),
+    "target_accuracy": (0, 1),
+}
+#: Numeric provider options in ``layer_options`` (and its ``guests``): inclusive (low, high). The providers check
+#: the rest, and what the host actually has, before they create anything.
+OPTION_BOUNDS: dict[str, tuple[int, int]] = {
+    "vcpus": (1, 1024),
+    "memory_mib": (128, 16 << 20),
+    "numa_node": (0, 1023),
+    "processes_per_host": (1, 1024),
+    "ports_per_container": (0, 65_535),
+    "port_base": (0, 65_535),
+}
+FORMATS = {
+    "size": (re.compile(r"\d{1,7}(x\d{1,7}){0,7}", re.ASCII), "sizes like 1760x128x1760"),
+    "file_total_size": (re.compile(r"\d{1,12}[KMGT]?", re.ASCII | re.IGNORECASE), "a size like 64M"),
+    # A path on the targets: printable, no shell metacharacters (it ends up on a remote command line).
+    "data": (
+        re.compile(r"[^;|&$`<>\"'\\]{1,4096}"),
+        "'synthetic' or a path of at most 4096 characters, none of ;|&$`<>\"'\\",
+    ),
+}
+NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,100}", re.ASCII)
+#: Host patterns: names, groups, all, GROUP[i], GROUP[i:j] (no shell metacharacters, no spaces).
+HOST_PATTERN_RE = re.compile(r"[\w.:@-]{1,255}(\[-?\d{1,6}(:-?\d{1,6})?\])?", re.ASCII)
+TESTBED_RE = re.compile(r"testbed:[A-Za-z0-9-]{1,24}", re.ASCII)
 DEFAULT_MATRIX: dict[str, list[Any]] = {"mode": ["single"], "placement": ["spread"], "data": ["synthetic"]}
 
 
@@ -109,23 +167,10 @@ class CampaignSpec:
 
 
 class _Lines:
-    """YAML node marks by path, so errors can name the line of the field at fault."""
+    """Line of each field by path (from :class:`dlinfra.safe_yaml.Document`), so errors can name it."""
 
-    def __init__(self, node: yaml.Node | None) -> None:
-        self.lines: dict[tuple[Any, ...], int] = {}
-        if node is not None:
-            self._walk(node, ())
-
-    def _walk(self, node: yaml.Node, path: tuple[Any, ...]) -> None:
-        self.lines[path] = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                k = key.value
-                self.lines[(*path, k, "__key__")] = key.start_mark.line + 1
-                self._walk(value, (*path, k))
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                self._walk(item, (*path, i))
+    def __init__(self, lines: dict[tuple[Any, ...], int]) -> None:
+        self.lines = lines
 
     def at(self, *path: Any) -> int:
         while path:
@@ -141,23 +186,41 @@ class _Checker:
         self.lines = lines
 
     def fail(self, where: tuple[Any, ...], message: str, hint: str | None = None) -> SpecError:
-        dotted = ".".join(str(p) for p in where if p != "__key__") or "(top)"
-        return SpecError(f"{self.path}:{self.lines.at(*where)}: {dotted}: {message}", hint)
+        return SpecError(
+            f"{plain(self.path, 200, tail=True)}:{self.lines.at(*where)}: {dotted(where)}: {message}", hint
+        )
 
-    def unknown(self, where: tuple[Any, ...], key: str, known: list[str] | set[str]) -> SpecError:
-        close = difflib.get_close_matches(str(key), sorted(known), n=1)
+    def unknown(self, where: tuple[Any, ...], key: Any, known: list[str] | set[str]) -> SpecError:
+        close = difflib.get_close_matches(str(key)[:100], sorted(known), n=1)
         hint = f"did you mean '{close[0]}'?" if close else f"known fields: {', '.join(sorted(known))}"
-        return self.fail((*where, key, "__key__"), f"unknown field '{key}'", hint)
+        return self.fail((*where, key, "__key__"), f"unknown field {excerpt(key)}", hint)
 
-    def integer(self, value: Any, where: tuple[Any, ...], minimum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(where, f"must be an integer >= {minimum}, got {value!r}")
+    def integer(self, value: Any, where: tuple[Any, ...], bounds: tuple[float, float]) -> int:
+        low, high = bounds
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self.fail(where, f"must be an integer >= {low:g} and <= {high:,.0f}, got {excerpt(value)}")
         return value
 
-    def number(self, value: Any, where: tuple[Any, ...]) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise self.fail(where, f"must be a number > 0, got {value!r}")
+    def number(self, value: Any, where: tuple[Any, ...], bounds: tuple[float, float]) -> float:
+        """A finite number in ``(low, high]`` (NaN and infinity fail every comparison, so they fail here)."""
+        low, high = bounds
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+            raise self.fail(where, f"must be a number > {low:g} and <= {high:,g}, got {excerpt(value)}")
         return float(value)
+
+    def text(self, value: Any, where: tuple[Any, ...], limit: int = MAX_TEXT) -> str:
+        if not isinstance(value, str):
+            raise self.fail(where, f"must be a string, got {excerpt(value)}")
+        if len(value) > limit or not value.isprintable():
+            raise self.fail(where, f"must be printable text of at most {limit} characters, got {excerpt(value)}")
+        return value
+
+    def listed(self, value: Any, where: tuple[Any, ...], limit: int) -> list[Any]:
+        """A list (a single value reads as a list of one) of at most ``limit`` items."""
+        values = value if isinstance(value, list) else [value]
+        if len(values) > limit:
+            raise self.fail(where, f"lists {len(values):,} values, at most {limit:,} allowed")
+        return values
 
 
 def _workload_ids() -> dict[str, str]:
@@ -175,46 +238,82 @@ def _matrix(check: _Checker, value: Any, where: tuple[Any, ...]) -> dict[str, li
     for key, raw in value.items():
         if key not in MATRIX_KEYS:
             raise check.unknown(where, key, set(MATRIX_KEYS))
-        values = raw if isinstance(raw, list) else [raw]
+        values = check.listed(raw, (*where, key), MAX_VALUES)
         if not values:
             raise check.fail((*where, key), "must list at least one value")
-        kind = MATRIX_KEYS[key]
         for i, v in enumerate(values):
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) if kind is float else isinstance(v, kind)
-            if kind is int and isinstance(v, bool):
-                ok = False
-            if not ok:
-                raise check.fail((*where, key, i), f"must be {kind.__name__}, got {v!r}")
-            if key == "mode" and v not in MODES:
-                raise check.fail((*where, key, i), f"mode {v!r} is not one of {', '.join(MODES)}")
-            if key == "placement" and v not in PLACEMENTS:
-                raise check.fail((*where, key, i), f"placement {v!r} is not one of {', '.join(PLACEMENTS)}")
-            if key in ("batch_size", "workers", "threads", "time", "image_size", "num_classes") and v < 1:
-                raise check.fail((*where, key, i), f"must be >= 1, got {v}")
-            if key == "ps" and v < 0:
-                raise check.fail((*where, key, i), f"must be >= 0, got {v}")
+            _matrix_value(check, key, v, (*where, key, i))
         out[key] = list(values)
     return out
+
+
+def _matrix_value(check: _Checker, key: str, v: Any, where: tuple[Any, ...]) -> None:
+    kind = MATRIX_KEYS[key]
+    if key in INT_BOUNDS:
+        check.integer(v, where, INT_BOUNDS[key])
+    elif key in NUMBER_BOUNDS:
+        check.number(v, where, NUMBER_BOUNDS[key])
+    elif not isinstance(v, kind):
+        raise check.fail(where, f"must be {kind.__name__}, got {excerpt(v)}")
+    elif key == "mode" and v not in MODES:
+        raise check.fail(where, f"mode {excerpt(v)} is not one of {', '.join(MODES)}")
+    elif key == "placement" and v not in PLACEMENTS:
+        raise check.fail(where, f"placement {excerpt(v)} is not one of {', '.join(PLACEMENTS)}")
+    elif key == "cell" and v not in CELLS:
+        raise check.fail(where, f"cell {excerpt(v)} is not one of {', '.join(CELLS)}")
+    elif key in FORMATS:
+        pattern, what = FORMATS[key]
+        if not pattern.fullmatch(v) or not v.isprintable():
+            raise check.fail(where, f"must be {what}, got {excerpt(v)}")
+
+
+def _cells(matrix: dict[str, list[Any]], layers: int) -> int:
+    return math.prod(len(v) for v in matrix.values()) * layers
+
+
+def _layer_options(check: _Checker, value: Any) -> dict[str, dict[str, Any]]:
+    """Per-layer options: the shape, and every numeric option within :data:`OPTION_BOUNDS`."""
+    options = value if value is not None else {}
+    if not isinstance(options, dict) or any(k not in LAYERS or not isinstance(v, dict) for k, v in options.items()):
+        raise check.fail(("layer_options",), "must map a layer id to a mapping of options")
+    for layer, opts in options.items():
+        guests = opts.get("guests")
+        groups = [((layer,), opts)] + [
+            ((layer, "guests", i), g)
+            for i, g in enumerate(guests if isinstance(guests, list) else [])
+            if isinstance(g, dict)
+        ]
+        for where, group in groups:
+            for key, v in group.items():
+                at = ("layer_options", *where, key)
+                if key in OPTION_BOUNDS and not isinstance(v, str):
+                    check.integer(v, at, OPTION_BOUNDS[key])
+                elif key == "boot_timeout" and not isinstance(v, str):
+                    check.number(v, at, (0, 86_400))
+                elif key in ("cpuset", "emulator_cpuset") and v is not None:
+                    _cpuset(check, v, at)
+                elif isinstance(v, float) and not math.isfinite(v):
+                    raise check.fail(at, f"must be a finite number, got {v}")
+    return options
+
+
+def _cpuset(check: _Checker, value: Any, where: tuple[Any, ...]) -> None:
+    from dlinfra.inventory import parse_cpus
+
+    try:
+        parse_cpus(",".join(str(c) for c in value) if isinstance(value, list) else str(value))
+    except ValueError as exc:
+        raise check.fail(where, f"must be a CPU list like '0-3,8', got {excerpt(value)} ({exc})") from None
 
 
 def load_spec(path: str | Path) -> CampaignSpec:
     """Read and validate a campaign spec; any problem is a SpecError naming file, line and field."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise SpecError(f"campaign spec {path} does not exist") from None
-    except OSError as exc:
-        raise SpecError(f"campaign spec {path} cannot be read: {exc.strerror}") from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(f"{path}{line}: not valid YAML: {problem}") from None
-    check = _Checker(path, _Lines(node))
+    doc = safe_yaml.load(path, "campaign spec", SPEC_LIMITS)
+    data = doc.data
+    check = _Checker(path, _Lines(doc.lines))
+    if data is None:
+        raise check.fail((), "the file is empty; a campaign spec is a YAML mapping", "see docs/campaigns.md")
     if not isinstance(data, dict):
         raise check.fail((), "a campaign spec must be a YAML mapping")
     for key in data:
@@ -224,25 +323,34 @@ def load_spec(path: str | Path) -> CampaignSpec:
         if required not in data:
             raise check.fail((), f"field '{required}' is missing ({TOP_FIELDS[required]})")
     name = data["name"]
-    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_." for c in name):
-        raise check.fail(("name",), f"must be letters, digits, '-', '_' or '.', got {name!r}")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise check.fail(("name",), f"must be 1-{MAX_NAME} letters, digits, '-', '_' or '.', got {excerpt(name)}")
+    if "description" in data and data["description"] is not None:
+        check.text(data["description"], ("description",))
     inventory = data.get("inventory", "")
     if not isinstance(inventory, str):
-        raise check.fail(("inventory",), "must be a path or testbed:NAME")
-    layers = data.get("layers", ["bm"])
-    layers = layers if isinstance(layers, list) else [layers]
+        raise check.fail(("inventory",), f"must be a path or testbed:NAME, got {excerpt(inventory)}")
+    if inventory:
+        check.text(inventory, ("inventory",))
+    if inventory.startswith("testbed:") and not TESTBED_RE.fullmatch(inventory):
+        raise check.fail(("inventory",), f"testbed:NAME takes 1-24 letters, digits or '-', got {excerpt(inventory)}")
+    layers = check.listed(data.get("layers", ["bm"]), ("layers",), len(LAYERS))
     for i, layer in enumerate(layers):
         if layer not in LAYERS:
-            close = difflib.get_close_matches(str(layer), LAYERS, n=1)
+            close = difflib.get_close_matches(str(layer)[:100], LAYERS, n=1)
             raise check.fail(
-                ("layers", i), f"unknown layer {layer!r}", f"did you mean '{close[0]}'?" if close else None
+                ("layers", i), f"unknown layer {excerpt(layer)}", f"did you mean '{close[0]}'?" if close else None
             )
+        if layer in layers[:i]:
+            raise check.fail(("layers", i), f"layer {layer} is listed twice")
     base = _matrix(check, data.get("matrix"), ("matrix",))
     known = _workload_ids()
     raw_workloads = data["workloads"]
     if not isinstance(raw_workloads, list) or not raw_workloads:
         raise check.fail(("workloads",), "must be a non-empty list")
+    check.listed(raw_workloads, ("workloads",), MAX_WORKLOADS)
     workloads: list[WorkloadSpec] = []
+    cells = 0
     for i, item in enumerate(raw_workloads):
         where: tuple[Any, ...] = ("workloads", i)
         if isinstance(item, str):
@@ -253,14 +361,18 @@ def load_spec(path: str | Path) -> CampaignSpec:
             if key not in WORKLOAD_FIELDS:
                 raise check.unknown(where, key, WORKLOAD_FIELDS)
         wname = item.get("name", item.get("workload"))
-        if wname not in known:
-            close = difflib.get_close_matches(str(wname), list(known), n=1)
+        if not isinstance(wname, str) or wname not in known:
+            close = difflib.get_close_matches(str(wname)[:100], list(known), n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(known)}"
-            raise check.fail((*where, "name") if "name" in item else where, f"unknown workload {wname!r}", hint)
-        on = item.get("hosts", [])
-        on = on if isinstance(on, list) else [on]
-        if not all(isinstance(h, str) for h in on):
-            raise check.fail((*where, "hosts"), "must list host or group names")
+            raise check.fail((*where, "name") if "name" in item else where, f"unknown workload {excerpt(wname)}", hint)
+        on = check.listed(item.get("hosts", []), (*where, "hosts"), MAX_HOSTS)
+        for j, h in enumerate(on):
+            if not isinstance(h, str) or not HOST_PATTERN_RE.fullmatch(h):
+                raise check.fail(
+                    (*where, "hosts", j),
+                    f"must be a host or group name, all, or GROUP[i:j], got {excerpt(h)}",
+                    "names have letters, digits and . _ - : @ only",
+                )
         matrix = {**DEFAULT_MATRIX, **base, **_matrix(check, item.get("matrix"), (*where, "matrix"))}
         if known[wname] != "model":
             bad = [m for m in matrix["mode"] if m != "single"]
@@ -270,12 +382,21 @@ def load_spec(path: str | Path) -> CampaignSpec:
                 )
         only = item.get("layers")
         if only is not None:
-            only = only if isinstance(only, list) else [only]
+            only = check.listed(only, (*where, "layers"), len(LAYERS))
             stray = [x for x in only if x not in layers]
             if stray or not only:
                 raise check.fail(
-                    (*where, "layers"), f"must list layers of the campaign, got {only!r}", f"campaign layers: {layers}"
+                    (*where, "layers"),
+                    f"must list layers of the campaign, got {excerpt(only)}",
+                    f"campaign layers: {layers}",
                 )
+        cells += _cells(matrix, len(only or layers))
+        if cells > MAX_CELLS:
+            raise check.fail(
+                (*where, "matrix") if "matrix" in item else ("matrix",),
+                f"the matrix crosses into more than {MAX_CELLS:,} cells (values of every key multiplied, x layers)",
+                "split the campaign, or list fewer values",
+            )
         workloads.append(WorkloadSpec(name=wname, on=on, matrix=matrix, line=check.lines.at(*where), layers=only))
     spec = CampaignSpec(
         path=path,
@@ -285,18 +406,59 @@ def load_spec(path: str | Path) -> CampaignSpec:
         workloads=workloads,
         raw=data,
     )
-    if "repeats" in data:
-        spec.repeats = check.integer(data["repeats"], ("repeats",), 1)
-    if "warmup_steps" in data:
-        spec.warmup_steps = check.integer(data["warmup_steps"], ("warmup_steps",), 0)
-    if "steps" in data:
-        spec.steps = check.integer(data["steps"], ("steps",), 1)
+    for key in ("repeats", "warmup_steps", "steps"):
+        if key in data:
+            setattr(spec, key, check.integer(data[key], (key,), INT_BOUNDS[key]))
     if "cell_timeout" in data:
-        spec.cell_timeout = check.number(data["cell_timeout"], ("cell_timeout",))
+        spec.cell_timeout = check.number(data["cell_timeout"], ("cell_timeout",), NUMBER_BOUNDS["cell_timeout"])
     if "peer_timeout" in data:
-        spec.peer_timeout = check.number(data["peer_timeout"], ("peer_timeout",))
-    options = data.get("layer_options", {}) or {}
-    if not isinstance(options, dict) or any(k not in LAYERS or not isinstance(v, dict) for k, v in options.items()):
-        raise check.fail(("layer_options",), "must map a layer id to a mapping of options")
-    spec.layer_options = options
+        spec.peer_timeout = check.number(data["peer_timeout"], ("peer_timeout",), NUMBER_BOUNDS["peer_timeout"])
+    if cells * spec.repeats > MAX_RUNS:
+        raise check.fail(
+            ("repeats",), f"{cells:,} cells x {spec.repeats} repeats is over the {MAX_RUNS:,} runs a campaign may hold"
+        )
+    spec.layer_options = _layer_options(check, data.get("layer_options"))
+    return spec
+
+
+def select_layers(spec: CampaignSpec, only: list[str] | None) -> None:
+    """Keep only the ``--layer`` layers of the spec; naming one the spec lacks is an error."""
+    if not only:
+        return
+    stray = [layer for layer in only if layer not in spec.layers]
+    if stray:
+        raise SpecError(
+            f"--layer {plain(', '.join(stray))}: {plain(spec.path, 200, tail=True)} has no such layer",
+            f"its layers: {', '.join(spec.layers)}",
+        )
+    spec.layers = [layer for layer in spec.layers if layer in only]
+
+
+CAMPAIGN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
+
+
+def preflight(
+    path: str | Path,
+    *,
+    layers: list[str] | None = None,
+    inventory: str | None = None,
+    campaign_id: str | None = None,
+) -> CampaignSpec:
+    """Everything ``dlinfra run`` can check before it touches anything: the spec, --layer, --campaign-id and
+    the inventory (read through Ansible, as the run will).
+
+    Why first: a run opens (creates) the results store, builds the wheelhouse and provisions; input that
+    is wrong must fail before any of that leaves a trace on disk.
+    """
+    spec = load_spec(path)
+    select_layers(spec, layers)
+    if campaign_id is not None and not CAMPAIGN_ID_RE.fullmatch(campaign_id):
+        raise SpecError(
+            f"--campaign-id {excerpt(campaign_id)} is not valid", "use 1-128 letters, digits, '.', '_', '-'"
+        )
+    if inventory is not None and (len(inventory) > MAX_TEXT or not inventory.isprintable()):
+        raise SpecError(f"--inventory {excerpt(inventory)} is not a path or testbed:NAME")
+    from dlinfra.inventory import load_inventory
+
+    load_inventory(spec.inventory_path(inventory))
     return spec

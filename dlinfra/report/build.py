@@ -23,7 +23,8 @@ def build_report(
         raise DlinfraError(f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
     m = METRICS[metric]
     campaign_id = store.resolve_campaign(campaign)
-    name = next((c["name"] for c in store.campaigns() if c["campaign_id"] == campaign_id), campaign_id)
+    row = next((c for c in store.campaigns() if c["campaign_id"] == campaign_id), {})
+    name = row.get("name", campaign_id)
     runs = load_runs(store, campaign_id)
     failed = failed_cells(store, campaign_id)
     if runs.empty:
@@ -55,6 +56,11 @@ def build_report(
     notes = [
         f"{len(values)} run(s) over {len(set(values['cell_hash']))} cell(s), layers {', '.join(layers)}; "
         f"{len(failed)} failed cell run(s)"
+        + (
+            f", {row['failed_attempts']} failed attempt(s) in all, retries included"
+            if row.get("failed_attempts")
+            else ""
+        )
     ]
     if compare_seed:
         from dlinfra.report.seeds import compare

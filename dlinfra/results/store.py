@@ -1,16 +1,19 @@
 """The results store: SQLite by default, PostgreSQL by URL, through one code path.
 
-One row per process per run (``runs``), one row per cell and repeat (``cells``),
-one transaction per cell: a cell is stored whole or not at all, so a controller
-killed mid-write leaves no partial cell. Storing the same run twice is a no-op,
-which is what makes ``--resume`` and re-collecting safe.
+One row per attempt of a cell and repeat (``cells``), one row per process of
+that attempt (``runs``), one transaction per attempt: an attempt is stored whole
+or not at all, so a controller killed mid-write leaves no partial cell.
+
+Attempts are history: a failed attempt is never overwritten, a retry (``--resume``)
+adds the next attempt, and once a cell x repeat has a successful attempt,
+storing it again is a no-op (which is what makes re-collecting safe). Reads
+give the latest attempt of each cell x repeat unless asked for all of them.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -19,11 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dlinfra import secrets
 from dlinfra.errors import StoreError
 from dlinfra.record import RunRecord
 
-#: Bump when tables or columns change; a store with another version is refused.
-STORE_SCHEMA_VERSION = 1
+#: Bump when tables or columns change; older versions are migrated in place (see ``_MIGRATIONS``),
+#: a store of a newer version is refused.
+STORE_SCHEMA_VERSION = 2
 
 DEFAULT_DB = "dlinfra-results.db"
 
@@ -40,6 +45,7 @@ _TABLES = [
         campaign_id TEXT NOT NULL,
         cell_hash TEXT NOT NULL,
         repeat INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
         layer TEXT NOT NULL,
         workload TEXT NOT NULL,
         config_json TEXT NOT NULL,
@@ -48,11 +54,12 @@ _TABLES = [
         started_utc TEXT,
         ended_utc TEXT,
         stored_utc TEXT NOT NULL,
-        PRIMARY KEY (campaign_id, cell_hash, repeat))""",
+        PRIMARY KEY (campaign_id, cell_hash, repeat, attempt))""",
     """CREATE TABLE IF NOT EXISTS runs (
         campaign_id TEXT NOT NULL,
         cell_hash TEXT NOT NULL,
         repeat INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
         role TEXT NOT NULL,
         task_index INTEGER NOT NULL,
         layer TEXT NOT NULL,
@@ -79,13 +86,13 @@ _TABLES = [
         final_accuracy DOUBLE PRECISION,
         time_to_accuracy_s DOUBLE PRECISION,
         record_json TEXT NOT NULL,
-        PRIMARY KEY (campaign_id, cell_hash, repeat, role, task_index))""",
+        PRIMARY KEY (campaign_id, cell_hash, repeat, attempt, role, task_index))""",
     "CREATE INDEX IF NOT EXISTS runs_by_workload ON runs (campaign_id, workload, layer)",
 ]
 
 #: Columns of ``runs`` filled from the record; the order is the INSERT order.
 RUN_COLUMNS = [
-    "campaign_id", "cell_hash", "repeat", "role", "task_index", "layer", "workload", "mode",
+    "campaign_id", "cell_hash", "repeat", "attempt", "role", "task_index", "layer", "workload", "mode",
     "physical_host", "target_address", "hostname", "cpu_model", "cpu_set", "memory_bytes",
     "tf_version", "python_version", "payload_hash", "start_utc", "end_utc", "status",
     "failure_reason", "emulated", "examples_per_sec", "elapsed_s", "step_time_median_s",
@@ -111,19 +118,20 @@ class CellOutcome:
 
 def redact_url(url: str) -> str:
     """The URL with any password replaced, for messages and logs."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+    return secrets.redact_url(url)
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _run_row(record: RunRecord) -> tuple[Any, ...]:
+def _run_row(record: RunRecord, attempt: int) -> tuple[Any, ...]:
     p, m = record.provenance, record.metrics
     values = {
         "campaign_id": p.campaign_id,
         "cell_hash": p.cell_hash,
         "repeat": p.repeat,
+        "attempt": attempt,
         "role": p.role,
         "task_index": p.task_index,
         "layer": p.layer,
@@ -141,7 +149,7 @@ def _run_row(record: RunRecord) -> tuple[Any, ...]:
         "start_utc": p.start_utc,
         "end_utc": p.end_utc,
         "status": p.status,
-        "failure_reason": p.failure_reason,
+        "failure_reason": secrets.redact(p.failure_reason) if p.failure_reason else None,
         "emulated": int(p.emulated),
         "examples_per_sec": m.examples_per_sec,
         "elapsed_s": m.elapsed_s,
@@ -149,7 +157,8 @@ def _run_row(record: RunRecord) -> tuple[Any, ...]:
         "global_step": m.global_step,
         "final_accuracy": m.final_accuracy,
         "time_to_accuracy_s": m.time_to_accuracy_s,
-        "record_json": record.to_json(),
+        # A record quotes commands and errors: every string is scrubbed by value (numbers are left alone).
+        "record_json": json.dumps(secrets.redact_obj(record.to_dict(), mask_secret_keys=False), sort_keys=True),
     }
     return tuple(values[c] for c in RUN_COLUMNS)
 
@@ -236,25 +245,55 @@ class ResultsStore:
     def _ensure_schema(self) -> None:
         try:
             with self._transaction():
+                found = self._schema_version()
+                if found is not None and found < STORE_SCHEMA_VERSION:
+                    for version in range(found, STORE_SCHEMA_VERSION):
+                        _MIGRATIONS[version](self)
+                    self._execute(
+                        "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(STORE_SCHEMA_VERSION),)
+                    )
+                    found = STORE_SCHEMA_VERSION
                 for ddl in _TABLES:
                     self._execute(ddl)
-                row = self._execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-                if row is None:
+                if found is None:
                     self._execute(
                         "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
                         (str(STORE_SCHEMA_VERSION),),
                     )
         except sqlite3.DatabaseError as exc:
             raise StoreError(
-                f"cannot use results store {self.url}: {exc}", "is it an SQLite file written by dlinfra?"
+                f"cannot use results store {redact_url(self.url)}: {exc}", "is it an SQLite file written by dlinfra?"
             ) from None
-        found = int(row[0]) if row else STORE_SCHEMA_VERSION
-        if found != STORE_SCHEMA_VERSION:
+        if found is not None and found != STORE_SCHEMA_VERSION:
             raise StoreError(
                 f"results store {redact_url(self.url)} has schema version {found}, "
                 f"this dlinfra uses {STORE_SCHEMA_VERSION}",
                 "use the dlinfra version that wrote it, or a new --db",
             )
+
+    def _schema_version(self) -> int | None:
+        """The stored schema version, or None for a new store."""
+        self._execute(_TABLES[0])  # meta
+        row = self._execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return int(row[0]) if row else None
+
+    def _migrate_1_to_2(self) -> None:
+        """Version 2 keeps every attempt of a cell: ``attempt`` joins the keys; existing rows are attempt 1."""
+        if self.is_postgres:
+            for table, key in (("cells", "campaign_id, cell_hash, repeat"), ("runs", "campaign_id, cell_hash, repeat")):
+                rest = ", role, task_index" if table == "runs" else ""
+                self._execute(f"ALTER TABLE {table} ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1")
+                self._execute(f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey")
+                self._execute(f"ALTER TABLE {table} ADD PRIMARY KEY ({key}, attempt{rest})")
+            return
+        self._execute("DROP INDEX IF EXISTS runs_by_workload")
+        for table, ddl in (("cells", _TABLES[2]), ("runs", _TABLES[3])):
+            columns = [row[1] for row in self._execute(f"PRAGMA table_info({table})").fetchall()]
+            self._execute(f"ALTER TABLE {table} RENAME TO {table}_v1")
+            self._execute(ddl)
+            names = ", ".join(columns)
+            self._execute(f"INSERT INTO {table} ({names}, attempt) SELECT {names}, 1 FROM {table}_v1")
+            self._execute(f"DROP TABLE {table}_v1")
 
     # -- writes -----------------------------------------------------------
 
@@ -264,14 +303,15 @@ class ResultsStore:
             self._execute(
                 "INSERT INTO campaigns (campaign_id, name, created_utc, spec_json) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (campaign_id) DO NOTHING",
-                (campaign_id, name, _now(), json.dumps(spec, sort_keys=True, default=str)),
+                (campaign_id, name, _now(), json.dumps(secrets.redact_obj(spec), sort_keys=True, default=str)),
             )
 
     def store_cell(self, outcome: CellOutcome, records: list[RunRecord]) -> int:
-        """Store one cell x repeat and its records in one transaction; returns new run rows.
+        """Store one attempt of a cell x repeat and its records in one transaction; returns new run rows.
 
-        A successful cell replaces an earlier failed attempt of the same cell; a
-        cell already stored as successful is left as it is (a no-op).
+        Every attempt is kept: a retry of a failed cell is stored as the next attempt,
+        and the failed ones stay with their reasons. Once a cell x repeat has a
+        successful attempt, storing it again is a no-op.
         """
         for record in records:
             p = record.provenance
@@ -284,24 +324,24 @@ class ResultsStore:
         inserted = 0
         with self._transaction():
             row = self._execute(
-                "SELECT status FROM cells WHERE campaign_id = ? AND cell_hash = ? AND repeat = ?", key
+                "SELECT MAX(attempt), SUM(CASE WHEN status = 'ok' THEN 1 ELSE 0 END) FROM cells "
+                "WHERE campaign_id = ? AND cell_hash = ? AND repeat = ?",
+                key,
             ).fetchone()
-            if row is not None and row[0] == "ok":
+            if row is not None and row[1]:
                 return 0
-            if row is not None:
-                where = "WHERE campaign_id = ? AND cell_hash = ? AND repeat = ?"
-                self._execute(f"DELETE FROM runs {where}", key)
-                self._execute(f"DELETE FROM cells {where}", key)
+            attempt = int(row[0] or 0) + 1 if row is not None else 1
             self._execute(
-                "INSERT INTO cells (campaign_id, cell_hash, repeat, layer, workload, config_json, status, "
-                "failure_reason, started_utc, ended_utc, stored_utc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO cells (campaign_id, cell_hash, repeat, attempt, layer, workload, config_json, status, "
+                "failure_reason, started_utc, ended_utc, stored_utc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     *key,
+                    attempt,
                     outcome.layer,
                     outcome.workload,
-                    json.dumps(outcome.config, sort_keys=True, default=str),
+                    json.dumps(secrets.redact_obj(outcome.config), sort_keys=True, default=str),
                     outcome.status,
-                    outcome.failure_reason,
+                    secrets.redact(outcome.failure_reason) if outcome.failure_reason else None,
                     outcome.started_utc,
                     outcome.ended_utc,
                     _now(),
@@ -310,10 +350,10 @@ class ResultsStore:
             placeholders = ", ".join("?" for _ in RUN_COLUMNS)
             insert = (
                 f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({placeholders}) "
-                "ON CONFLICT (campaign_id, cell_hash, repeat, role, task_index) DO NOTHING"
+                "ON CONFLICT (campaign_id, cell_hash, repeat, attempt, role, task_index) DO NOTHING"
             )
             for record in records:
-                inserted += self._execute(insert, _run_row(record)).rowcount
+                inserted += self._execute(insert, _run_row(record, attempt)).rowcount
         return inserted
 
     # -- reads ------------------------------------------------------------
@@ -324,12 +364,16 @@ class ResultsStore:
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def campaigns(self) -> list[dict[str, Any]]:
-        """Every campaign with counts of cells and runs, newest first."""
+        """Every campaign with counts of cells (latest attempts), failed cells, failed attempts and runs."""
         return self._dicts(
             "SELECT c.campaign_id, c.name, c.created_utc, "
-            "(SELECT COUNT(*) FROM cells x WHERE x.campaign_id = c.campaign_id) AS cells, "
-            "(SELECT COUNT(*) FROM cells x WHERE x.campaign_id = c.campaign_id AND x.status <> 'ok') AS failed, "
-            "(SELECT COUNT(*) FROM runs r WHERE r.campaign_id = c.campaign_id) AS runs "
+            f"(SELECT COUNT(*) FROM cells x WHERE x.campaign_id = c.campaign_id AND {_LATEST}) AS cells, "
+            f"(SELECT COUNT(*) FROM cells x WHERE x.campaign_id = c.campaign_id AND {_LATEST} "
+            "AND x.status <> 'ok') AS failed, "
+            "(SELECT COUNT(*) FROM cells x WHERE x.campaign_id = c.campaign_id AND x.status <> 'ok') "
+            "AS failed_attempts, "
+            "(SELECT COUNT(*) FROM runs x WHERE x.campaign_id = c.campaign_id AND "
+            f"{_LATEST}) AS runs "
             "FROM campaigns c ORDER BY c.created_utc DESC, c.campaign_id DESC"
         )
 
@@ -354,9 +398,10 @@ class ResultsStore:
         row = self._execute("SELECT spec_json FROM campaigns WHERE campaign_id = ?", (campaign_id,)).fetchone()
         return json.loads(row[0]) if row else {}
 
-    def cells(self, campaign_id: str | None = None) -> list[dict[str, Any]]:
-        where, params = ("WHERE campaign_id = ?", (campaign_id,)) if campaign_id else ("", ())
-        rows = self._dicts(f"SELECT * FROM cells {where} ORDER BY started_utc, cell_hash, repeat", params)
+    def cells(self, campaign_id: str | None = None, *, all_attempts: bool = False) -> list[dict[str, Any]]:
+        """Cell x repeat rows: the latest attempt of each (the successful one, if any), or every attempt."""
+        where, params = _where(campaign_id, all_attempts)
+        rows = self._dicts(f"SELECT * FROM cells x {where} ORDER BY started_utc, cell_hash, repeat, attempt", params)
         for row in rows:
             row["config"] = json.loads(row.pop("config_json"))
         return rows
@@ -368,16 +413,33 @@ class ResultsStore:
         ).fetchall()
         return {(r[0], r[1]) for r in rows}
 
-    def runs(self, campaign_id: str | None = None) -> list[dict[str, Any]]:
-        """Run rows as dicts (``record_json`` included) in a stable order."""
-        where, params = ("WHERE campaign_id = ?", (campaign_id,)) if campaign_id else ("", ())
+    def runs(self, campaign_id: str | None = None, *, all_attempts: bool = False) -> list[dict[str, Any]]:
+        """Run rows as dicts (``record_json`` included) in a stable order, of the latest attempts by default."""
+        where, params = _where(campaign_id, all_attempts)
         return self._dicts(
-            f"SELECT * FROM runs {where} ORDER BY campaign_id, start_utc, cell_hash, repeat, role, task_index",
+            f"SELECT * FROM runs x {where} "
+            "ORDER BY campaign_id, start_utc, cell_hash, repeat, attempt, role, task_index",
             params,
         )
 
     def records(self, campaign_id: str | None = None) -> list[RunRecord]:
         return [RunRecord.from_json(row["record_json"]) for row in self.runs(campaign_id)]
+
+
+#: SQL condition (on alias ``x`` of cells or runs): the row belongs to the latest attempt of its cell x repeat.
+_LATEST = (
+    "x.attempt = (SELECT MAX(y.attempt) FROM cells y WHERE y.campaign_id = x.campaign_id "
+    "AND y.cell_hash = x.cell_hash AND y.repeat = x.repeat)"
+)
+
+
+def _where(campaign_id: str | None, all_attempts: bool) -> tuple[str, tuple[Any, ...]]:
+    conditions = ([] if all_attempts else [_LATEST]) + (["x.campaign_id = ?"] if campaign_id else [])
+    return ("WHERE " + " AND ".join(conditions) if conditions else ""), ((campaign_id,) if campaign_id else ())
+
+
+#: schema version -> the store method that migrates it to the next one.
+_MIGRATIONS = {1: ResultsStore._migrate_1_to_2}
 
 
 def open_store(url: str | None = None) -> ResultsStore:

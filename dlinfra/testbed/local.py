@@ -15,6 +15,8 @@ import hashlib
 import ipaddress
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import socket
@@ -433,29 +435,139 @@ class LocalTestbed:
 
     # -- down ---------------------------------------------------------------
 
-    def down(self) -> bool:
-        """Remove exactly what ``up`` made; returns False when there was nothing to remove."""
+    def down(self, *, dry_run: bool = False) -> dict[str, list[str]]:
+        """Remove what ``up`` made and everything that ran on its hosts; returns what, per kind (empty: nothing).
+
+        Per host: the per-namespace dockerds dlinfra started there (their containers, then the
+        daemon, its containerd and shims), podman containers placed on the host, sshd and every
+        process in the namespace, the namespace and its veth; then every mount under those
+        daemons' exec and data roots (deepest first, lazily when busy), the roots themselves
+        (the data roots hold GBs of loaded images) and their sockets, pidfiles and logs; the
+        iptables rules commented ``dlinfra-testbed:NAME`` (also ones the state file lost), the
+        bridge, the state folder, and ``/run/dlinfra`` and ``/var/lib/dlinfra`` when left empty.
+        Objects of this testbed without a state file (a crash before it was written, a state
+        folder removed by hand) are found by their names. Never the machine's own dockerd.
+        ``dry_run`` lists without removing.
+        """
         st = self.state()
-        if st is None:
-            return False
+        if st is None and os.geteuid() != 0:
+            return {}
         self._need_root()
-        for h in st.hosts:
-            if _pid_alive(h.sshd_pid, h.sshd_config):
-                os.kill(h.sshd_pid, signal.SIGTERM)  # type: ignore[arg-type]
-            if _netns_exists(h.netns):
-                _kill_netns(h.netns)
-                _run(["ip", "netns", "del", h.netns], check=False)
-            if _link_exists(h.veth_host):
-                _run(["ip", "link", "del", h.veth_host], check=False)
-        for rule in st.iptables_rules:
-            while _run(["iptables", "-w", "-C", *rule], check=False).returncode == 0:
-                _run(["iptables", "-w", "-D", *rule], check=False)
-        if st.bridge_created and _link_exists(st.bridge):
-            _run(["ip", "link", "del", st.bridge], check=False)
-        # rm is much faster than shutil.rmtree on the payload venvs (tens of thousands of files each).
-        _run(["rm", "-rf", "--one-file-system", "--", str(self.dir)], check=False)
-        shutil.rmtree(self.dir, ignore_errors=True)
-        return True
+        removed: dict[str, list[str]] = {}
+
+        def note(kind: str, *items: str) -> None:
+            if items:
+                removed.setdefault(kind, []).extend(items)
+
+        hosts = [(h.name, h.netns, h.veth_host, h.sshd_pid, h.sshd_config) for h in st.hosts] if st else []
+        known = {netns for _n, netns, *_rest in hosts}
+        hosts += [(name, netns, veth, None, "") for name, netns, veth in self._orphan_hosts() if netns not in known]
+        daemons_state: list[Any] = []
+        for hname, netns, veth, sshd_pid, sshd_config in hosts:
+            for paths, pid in _testbed_dockerds(netns):
+                daemons_state.append(paths)
+                self._stop_dockerd(paths, pid, note, dry_run)
+            note("containers", *_remove_podman_on(hname, dry_run))
+            if sshd_config and _pid_alive(sshd_pid, sshd_config):
+                note("processes", f"sshd of {hname} (pid {sshd_pid})")
+                if not dry_run:
+                    os.kill(sshd_pid, signal.SIGTERM)  # type: ignore[arg-type]
+            if _netns_exists(netns):
+                note("namespaces", netns)
+                if not dry_run:
+                    _kill_netns(netns)
+                    _run(["ip", "netns", "del", netns], check=False)
+            if _link_exists(veth):
+                note("links", veth)
+                if not dry_run:
+                    _run(["ip", "link", "del", veth], check=False)
+        from dlinfra.providers.containers.daemons import remove_dockerd_state
+
+        for paths in daemons_state:
+            for kind, items in remove_dockerd_state(paths, dry_run=dry_run).items():
+                note(kind, *items)
+        rules = self._our_rules(st)
+        note("iptables rules", *(" ".join(rule) for rule in rules))
+        if not dry_run:
+            for rule in rules:
+                while _run(["iptables", "-w", "-C", *rule], check=False).returncode == 0:
+                    _run(["iptables", "-w", "-D", *rule], check=False)
+        if st is not None:  # a bridge up found already there is not ours, whatever rules name it
+            bridges = {st.bridge} if st.bridge_created else set()
+        else:  # no state: the bridge our commented rules name is the one up made
+            bridges = {rule[rule.index(flag) + 1] for rule in rules for flag in ("-i", "-o") if flag in rule[:-1]}
+        for bridge in sorted(b for b in bridges if b.startswith("dlibr") and _link_exists(b)):
+            note("links", bridge)
+            if not dry_run:
+                _run(["ip", "link", "del", bridge], check=False)
+        if self.dir.exists():
+            note("files", str(self.dir))
+            if not dry_run:
+                # rm is much faster than shutil.rmtree on the payload venvs (tens of thousands of files each).
+                _run(["rm", "-rf", "--one-file-system", "--", str(self.dir)], check=False)
+                shutil.rmtree(self.dir, ignore_errors=True)
+        if not dry_run:
+            note("files", *_remove_empty_daemon_folders())
+        return removed
+
+    def _orphan_hosts(self) -> list[tuple[str, str, str]]:
+        """(host, netns, veth) of this testbed's hosts that still exist without a state file entry."""
+        sid = _short_id(self.name)
+        found: dict[int, tuple[str, str, str]] = {}
+        names = [p.name for p in Path("/run/netns").iterdir()] if Path("/run/netns").is_dir() else []
+        names += [p.name.removeprefix("docker-").removesuffix(".sock") for p in _daemon_bases()[0].glob("docker-dli-*")]
+        names += [p.name.removeprefix("docker-") for p in _daemon_bases()[1].glob("docker-dli-*")]
+        for name in names:
+            match = re.fullmatch(rf"dli-{re.escape(self.name)}-h(\d+)", name)
+            if match:
+                i = int(match.group(1))
+                found[i] = (f"{self.name}-h{i}", name, f"dl{sid}h{i}")
+        links = [p.name for p in Path("/sys/class/net").iterdir()]
+        for link in links:
+            match = re.fullmatch(rf"dl{sid}h(\d+)", link)
+            if match and int(match.group(1)) not in found:
+                i = int(match.group(1))
+                found[i] = (f"{self.name}-h{i}", f"dli-{self.name}-h{i}", link)
+        return [found[i] for i in sorted(found)]
+
+    def _our_rules(self, st: TestbedState | None) -> list[list[str]]:
+        """This testbed's iptables rules: those in the state file that exist, and any carrying its comment."""
+        if shutil.which("iptables") is None:
+            return []
+        rules = [
+            r
+            for r in (st.iptables_rules if st else [])
+            if _run(["iptables", "-w", "-C", *r], check=False).returncode == 0
+        ]
+        comment = f"dlinfra-testbed:{self.name}"
+        for line in _run(["iptables", "-w", "-S"], check=False).stdout.splitlines():
+            words = shlex.split(line)
+            if (
+                len(words) > 2
+                and words[0] == "-A"
+                and comment in words
+                and words[words.index(comment) - 1] == "--comment"
+            ):
+                rule = words[1:]
+                if rule not in rules:
+                    rules.append(rule)
+        return rules
+
+    @staticmethod
+    def _stop_dockerd(paths: Any, pid: int | None, note: Any, dry_run: bool) -> None:
+        """Remove every container of a per-host dockerd (all of them are the testbed's), then stop it."""
+        from dlinfra.providers.containers import daemons
+
+        if daemons._answers(paths.socket):
+            client = ["docker", "--host", f"unix://{paths.socket}"]
+            names = _run([*client, "ps", "-a", "--format", "{{.Names}}"], check=False).stdout.split()
+            note("containers", *(f"{n} (dockerd in {paths.netns})" for n in names))
+            if names and not dry_run:
+                _run([*client, "rm", "--force", "--volumes", *names], check=False)
+        if pid is not None or daemons._pid(paths.pidfile) is not None:
+            note("daemons", f"dockerd in {paths.netns} ({paths.socket})")
+        if not dry_run:
+            daemons.stop_dockerd_at(paths, wait_s=20, pid=pid, unmount=False)
 
     @staticmethod
     def _need_root() -> None:
@@ -479,6 +591,51 @@ def _kill_netns(netns: str) -> None:
             except ProcessLookupError:
                 pass
         time.sleep(0.05)
+
+
+def _daemon_bases() -> tuple[Path, Path]:
+    """Where per-namespace dockerds keep runtime files and data (``/run/dlinfra``, ``/var/lib/dlinfra``)."""
+    from dlinfra.providers.containers.daemons import _state_base
+
+    return _state_base()
+
+
+def _testbed_dockerds(netns: str) -> list[tuple[Any, int | None]]:
+    """The dockerds of one testbed host: at the usual paths, and any dockerd running inside its namespace."""
+    from dlinfra.providers.containers import daemons
+
+    found: dict[str, tuple[Any, int | None]] = {}
+    usual = daemons.dockerd_paths(netns)
+    found[usual.socket] = (usual, daemons._pid(usual.pidfile))
+    if _netns_exists(netns):
+        for word in _run(["ip", "netns", "pids", netns], check=False).stdout.split():
+            paths = daemons.dockerd_of(int(word))
+            if paths is not None:
+                found[paths.socket] = (paths, int(word))
+    return list(found.values())
+
+
+def _remove_podman_on(host: str, dry_run: bool) -> list[str]:
+    """Podman containers placed on a testbed host (they join its namespace from this machine's podman)."""
+    if shutil.which("podman") is None:
+        return []
+    label = "label=dlinfra.host=" + host
+    names = _run(["podman", "ps", "-a", "--filter", label, "--format", "{{.Names}}"], check=False).stdout.split()
+    if names and not dry_run:
+        _run(["podman", "rm", "--force", "--time", "0", *names], check=False)
+    return [f"{n} (podman)" for n in names]
+
+
+def _remove_empty_daemon_folders() -> list[str]:
+    """``/run/dlinfra`` and ``/var/lib/dlinfra`` once no daemon state is left in them (never anything inside)."""
+    gone = []
+    for folder in _daemon_bases():
+        try:
+            folder.rmdir()
+        except OSError:  # not there, or still holding something (another testbed's daemon)
+            continue
+        gone.append(str(folder))
+    return gone
 
 
 def _sshd_config(st: TestbedState, h: HostState) -> str:

@@ -52,17 +52,77 @@ def test_storing_the_same_run_twice_is_a_no_op(store_url: str) -> None:
         assert store.campaigns()[0]["name"] == "demo"
 
 
-def test_a_successful_retry_replaces_the_failed_cell(store_url: str) -> None:
+def test_every_attempt_is_kept_and_reads_give_the_successful_one(store_url: str) -> None:
     failed = make_record(status="failed")
     ok = make_record(throughput=990.0)
     with open_store(store_url) as store:
         store.add_campaign("c1", "demo", {})
         store.store_cell(outcome_for(failed, "failed", "host h2 unreachable"), [failed])
+        store.store_cell(outcome_for(failed, "failed", "guest vm1 did not boot"), [])
         assert store.done_cells("c1") == set()
-        assert store.cells("c1")[0]["failure_reason"] == "host h2 unreachable"
+        assert store.cells("c1")[0]["failure_reason"] == "guest vm1 did not boot"
         store.store_cell(outcome_for(ok), [ok])
+        assert store.store_cell(outcome_for(ok), [ok]) == 0  # a cell with a successful attempt is done
         assert store.done_cells("c1") == {(ok.provenance.cell_hash, 0)}
         assert [r.metrics.examples_per_sec for r in store.records("c1")] == [990.0]
+        attempts = store.cells("c1", all_attempts=True)
+        assert [(a["attempt"], a["status"], a["failure_reason"]) for a in attempts] == [
+            (1, "failed", "host h2 unreachable"),
+            (2, "failed", "guest vm1 did not boot"),
+            (3, "ok", None),
+        ]
+        assert len(store.runs("c1", all_attempts=True)) == 2
+        (campaign,) = store.campaigns()
+        assert (campaign["cells"], campaign["failed"], campaign["failed_attempts"], campaign["runs"]) == (1, 0, 2, 1)
+
+
+#: The version-1 tables, as dlinfra 0.x wrote them (one row per cell x repeat, failed ones overwritten).
+V1_TABLES = [
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE campaigns (campaign_id TEXT PRIMARY KEY, name TEXT NOT NULL, created_utc TEXT NOT NULL, "
+    "spec_json TEXT NOT NULL)",
+    "CREATE TABLE cells (campaign_id TEXT NOT NULL, cell_hash TEXT NOT NULL, repeat INTEGER NOT NULL, "
+    "layer TEXT NOT NULL, workload TEXT NOT NULL, config_json TEXT NOT NULL, status TEXT NOT NULL, "
+    "failure_reason TEXT, started_utc TEXT, ended_utc TEXT, stored_utc TEXT NOT NULL, "
+    "PRIMARY KEY (campaign_id, cell_hash, repeat))",
+    "CREATE TABLE runs (campaign_id TEXT NOT NULL, cell_hash TEXT NOT NULL, repeat INTEGER NOT NULL, "
+    "role TEXT NOT NULL, task_index INTEGER NOT NULL, layer TEXT NOT NULL, workload TEXT NOT NULL, "
+    "mode TEXT NOT NULL, physical_host TEXT NOT NULL, target_address TEXT NOT NULL, hostname TEXT NOT NULL, "
+    "cpu_model TEXT NOT NULL, cpu_set TEXT NOT NULL, memory_bytes BIGINT NOT NULL, tf_version TEXT NOT NULL, "
+    "python_version TEXT NOT NULL, payload_hash TEXT NOT NULL, start_utc TEXT NOT NULL, end_utc TEXT NOT NULL, "
+    "status TEXT NOT NULL, failure_reason TEXT, emulated INTEGER NOT NULL, examples_per_sec DOUBLE PRECISION, "
+    "elapsed_s DOUBLE PRECISION, step_time_median_s DOUBLE PRECISION, global_step BIGINT, "
+    "final_accuracy DOUBLE PRECISION, time_to_accuracy_s DOUBLE PRECISION, record_json TEXT NOT NULL, "
+    "PRIMARY KEY (campaign_id, cell_hash, repeat, role, task_index))",
+    "CREATE INDEX runs_by_workload ON runs (campaign_id, workload, layer)",
+    "INSERT INTO meta VALUES ('schema_version', '1')",
+    "INSERT INTO campaigns VALUES ('old-1', 'old', '2026-11-01T00:00:00+00:00', '{}')",
+    "INSERT INTO cells VALUES ('old-1', 'h1', 0, 'bm', 'mnist-dnn', '{}', 'failed', 'host h2 unreachable', "
+    "NULL, NULL, '2026-11-01T00:00:00+00:00')",
+]
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_rows(store_url: str) -> None:
+    if store_url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(store_url, autocommit=True) as conn:
+            for statement in V1_TABLES:
+                conn.execute(statement)
+    else:
+        with sqlite3.connect(store_url) as conn:
+            for statement in V1_TABLES:
+                conn.execute(statement)
+    with open_store(store_url) as store:
+        (old,) = store.cells("old-1", all_attempts=True)
+        assert (old["attempt"], old["status"], old["failure_reason"]) == (1, "failed", "host h2 unreachable")
+        store.store_cell(CellOutcome("old-1", "h1", 0, "bm", "mnist-dnn", {}, "ok"), [])  # the retry
+        assert [(c["attempt"], c["status"]) for c in store.cells("old-1", all_attempts=True)] == [
+            (1, "failed"),
+            (2, "ok"),
+        ]
+    with open_store(store_url) as store:  # reopening a migrated store changes nothing
+        assert store.campaigns()[0]["failed_attempts"] == 1
 
 
 def test_a_record_of_another_cell_is_refused(store_url: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -66,11 +67,18 @@ def test_unknown_dlinfra_host_variable(tmp_path: Path) -> None:
     assert code == 2 and "host node7" in err and "unknown variable dlinfra_cpu" in err
 
 
-def test_unreachable_host_is_named(tmp_path: Path) -> None:
+def test_unreachable_host_fails_its_layer_by_name(tmp_path: Path) -> None:
+    """A host that does not answer is a layer failure (its cells stored as failed), not a crash."""
     inv = tmp_path / "down.yml"
     inv.write_text("all:\n  hosts:\n    sleeper:\n      ansible_host: 127.0.0.1\n      ansible_port: 1\n")
     code, err = _run(tmp_path, GOOD.format(inventory=inv))
-    assert code == 2 and "host sleeper" in err and "unreachable" in err
+    assert code == 1 and "host sleeper" in err and "unreachable" in err
+    conn = sqlite3.connect(tmp_path / "r.db")
+    try:
+        ((status, reason),) = conn.execute("SELECT status, failure_reason FROM cells").fetchall()
+    finally:
+        conn.close()
+    assert status == "failed" and "layer bm failed at bring-up" in reason and "sleeper" in reason
 
 
 def test_missing_spec_and_inventory(tmp_path: Path) -> None:

@@ -142,9 +142,12 @@ def test_dead_host_fails_its_cell_only_and_resume_finishes(deployed, tmp_path: P
     resumed = subprocess.run([*args, "--resume"], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "1 ok, 0 failed, 2 skipped" in resumed.stdout
-    cells = _rows(db, "SELECT * FROM cells WHERE campaign_id = 'dying-it'")
-    assert len(cells) == 3 and all(c["status"] == "ok" for c in cells)
-    runs = _rows(db, "SELECT * FROM runs WHERE campaign_id = 'dying-it'")
+    cells = _rows(db, "SELECT * FROM cells WHERE campaign_id = 'dying-it' ORDER BY attempt")
+    attempts = [(json.loads(c["config_json"])["host"], c["attempt"], c["status"]) for c in cells]
+    assert sorted(attempts) == sorted(
+        [(h.name, 1, "ok") for h in hosts if h is not victim] + [(victim.name, 1, "failed"), (victim.name, 2, "ok")]
+    )  # the failed attempt is history, not overwritten
+    runs = _rows(db, "SELECT * FROM runs WHERE campaign_id = 'dying-it' AND status = 'ok'")
     assert sorted(r["physical_host"] for r in runs) == sorted(h.name for h in hosts)
     assert ok_before <= {(r["cell_hash"], r["start_utc"]) for r in runs}  # nothing stored was lost or redone
 

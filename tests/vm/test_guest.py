@@ -76,6 +76,18 @@ def test_guest_is_a_vm_target(vm) -> None:
     assert f"dlinfra-{provider.run_label}-g1.qcow2" in virsh("vol-list", POOL)
 
 
+def test_the_console_watch_sees_the_booted_guest_in_userspace(vm) -> None:
+    """What tells a booting kernel from a stuck one (boot.py) holds on a real guest's serial console."""
+    from dlinfra.providers.libvirt.boot import ConsoleWatch
+    from dlinfra.providers.libvirt.provider import SERIAL_LOG_DIR
+
+    _provider, target, _wheelhouse = vm
+    watch = ConsoleWatch(Path(SERIAL_LOG_DIR) / f"{target.facts['domain']}-serial.log")
+    watch.poll()
+    assert watch.in_userspace, watch.shows
+    assert watch.last_line
+
+
 def test_ssh_with_checked_host_key_runs_python(vm) -> None:
     _provider, target, _wheelhouse = vm
     code = "import json,os,platform;print(json.dumps([platform.node(),os.cpu_count(),os.getuid()]))"

@@ -15,8 +15,10 @@ Idempotent: a daemon that already answers on its socket is reused, never restart
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -154,25 +156,148 @@ def stop_dockerd(netns: str, wait_s: float = 30.0) -> bool:
 
     Returns whether a daemon was running. Its containers should be removed first.
     """
-    paths = dockerd_paths(netns)
-    pid = _pid(paths.pidfile)
-    if pid is None:
+    return stop_dockerd_at(dockerd_paths(netns), wait_s=wait_s)
+
+
+def stop_dockerd_at(paths: DockerdPaths, wait_s: float = 30.0, pid: int | None = None, *, unmount: bool = True) -> bool:
+    """Stop one per-namespace dockerd (by its pidfile, or ``pid``), its containerd and shims; unmount its exec-root.
+
+    SIGTERM first (dockerd then stops its containerd), SIGKILL after ``wait_s``; whatever
+    still names its exec-root on its command line (containerd, shims) is killed too, so
+    nothing of it survives a daemon that had to be killed. Never the machine's own dockerd.
+    """
+    if paths.netns is None:
+        raise DlinfraError("refusing to stop the machine's own dockerd", "dlinfra only stops the daemons it started")
+    pid = pid or _pid(paths.pidfile)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.2)
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    helpers = processes_mentioning(paths.exec_root) if paths.exec_root else []
+    for other in helpers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(other, signal.SIGKILL)
+    if unmount:
+        unmount_under(paths.exec_root)
+    return pid is not None or bool(helpers)
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie (a killed dockerd whose parent has not reaped it yet counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and _pid(paths.pidfile) == pid:
-        time.sleep(0.2)
-    if _pid(paths.pidfile) == pid:
-        os.kill(pid, signal.SIGKILL)
-    unmount_under(paths.exec_root)
-    return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
-def unmount_under(folder: str | None) -> None:
-    """Unmount what a stopped dockerd left under its own exec-root (it keeps netns/default bind-mounted)."""
+def processes_mentioning(folder: str) -> list[int]:
+    """Pids whose command line names a path below ``folder`` (a dockerd's containerd and shims: its exec-root)."""
+    needle = (str(Path(folder)) + "/").encode()  # the slash: docker-X-h1 must not match docker-X-h10
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def dockerd_of(pid: int) -> DockerdPaths | None:
+    """The paths of a running dockerd, read from its command line (what ``testbed down`` finds in a namespace)."""
+    try:
+        argv = [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        return None
+    if not argv or Path(argv[0]).name != "dockerd":
+        return None
+    flags: dict[str, str] = {}
+    for i, arg in enumerate(argv[1:], start=1):
+        name, eq, value = arg.partition("=")
+        if name in ("--host", "-H", "--exec-root", "--data-root", "--pidfile", "-p"):
+            flags[name] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+    socket = (flags.get("--host") or flags.get("-H") or "").removeprefix("unix://")
+    if not socket or socket == DEFAULT_SOCKET or not flags.get("--exec-root"):
+        return None  # the machine's own dockerd (or one dlinfra did not start): never ours to remove
+    pidfile = flags.get("--pidfile") or flags.get("-p") or ""
+    return DockerdPaths(
+        netns=Path(socket).stem.removeprefix("docker-"),
+        socket=socket,
+        exec_root=flags.get("--exec-root"),
+        data_root=flags.get("--data-root"),
+        pidfile=pidfile,
+        log=str(Path(socket).with_suffix(".log")),
+    )
+
+
+def remove_dockerd_state(paths: DockerdPaths, *, dry_run: bool = False) -> dict[str, list[str]]:
+    """Unmount and delete a stopped per-namespace dockerd's exec-root and data root, socket, pidfile and log.
+
+    The data root holds every image loaded into that daemon (GBs); only ``testbed down`` and
+    the sweep of a testbed that is gone call this. ``dry_run`` lists what is there.
+    """
+    if paths.netns is None:
+        raise DlinfraError("refusing to remove the machine's own dockerd's state")
+    removed: dict[str, list[str]] = {"mounts": [], "data roots": [], "files": []}
+    for root in (paths.exec_root, paths.data_root):
+        if dry_run:
+            removed["mounts"] += _mounts_below(root)
+        else:
+            removed["mounts"] += unmount_under(root)
+    for root, kind in ((paths.data_root, "data roots"), (paths.exec_root, "files")):
+        if root and Path(root).exists():
+            removed[kind].append(root)
+            if dry_run:
+                continue
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", root], capture_output=True, check=False)
+            if Path(root).exists():  # something was still mounted below it: what is left is retried next time
+                shutil.rmtree(root, ignore_errors=True)
+    for file in (paths.socket, paths.pidfile, paths.log):
+        if file and (Path(file).exists() or Path(file).is_symlink()):
+            removed["files"].append(file)
+            if not dry_run:
+                with contextlib.suppress(OSError):
+                    Path(file).unlink()
+    return removed
+
+
+def _mount_points() -> list[str]:
+    """Mount points of this mount namespace (``/proc/self/mounts`` escapes spaces as octal)."""
+    points = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 1:
+            points.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1]))
+    return points
+
+
+def _mounts_below(folder: str | None) -> list[str]:
+    """Mount points at or below ``folder``, deepest first."""
     if not folder:
-        return
-    prefix = str(Path(folder).resolve()) + "/"
-    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines() if len(line.split()) > 1]
-    for point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
-        subprocess.run(["umount", point], capture_output=True, check=False)
+        return []
+    base = str(Path(folder).resolve())
+    return sorted((m for m in _mount_points() if m.startswith(base + "/") or m == base), key=len, reverse=True)
+
+
+def unmount_under(folder: str | None) -> list[str]:
+    """Unmount everything below ``folder``, deepest first, lazily when busy; returns what was unmounted.
+
+    A stopped dockerd leaves ``netns/default`` bind-mounted under its exec-root, a killed one
+    its containers' overlay and shm mounts under its data root.
+    """
+    done: list[str] = []
+    for point in _mounts_below(folder):
+        if subprocess.run(["umount", point], capture_output=True, check=False).returncode != 0:
+            if subprocess.run(["umount", "--lazy", point], capture_output=True, check=False).returncode != 0:
+                continue
+        done.append(point)
+    return done

@@ -23,27 +23,35 @@ import secrets
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.inventory import match_pattern
+from dlinfra.orchestration.runs_registry import RunClaim, claim, is_live, live_runs
 from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.containers import daemons
 from dlinfra.providers.containers.engine import ENGINES, Engine
 from dlinfra.providers.containers.image import VENV, build_payload_image, load_image, save_image
 from dlinfra.providers.containers.run import (
     PLACEMENTS,
+    RUN_LABEL,
     ContainerSpec,
     NetworkMode,
     Resources,
     applied_limits,
     container_address,
+    engine_from,
+    engine_where,
     format_cpuset,
     remove_run,
+    run_labels,
     run_network_name,
 )
+
+if TYPE_CHECKING:
+    from dlinfra.orchestration.sweep import SweepReport
 
 HOME_IN_CONTAINER = "/opt/dlinfra"  # so Target.python is the image's venv: /opt/dlinfra/venv/bin/python
 _OPTIONS = {
@@ -136,6 +144,12 @@ class ContainerProvider:
         self.keep_images = False
         self.hosts: list[HostEngine] = []
         self.targets: list[Target] = []
+        self._claim: RunClaim | None = None
+
+    def _note(self, kind: str, *, key: str, **where: Any) -> None:
+        """Record in the run's state file where an object goes, before it is made (see runs_registry)."""
+        if self._claim is not None:
+            self._claim.add(kind, key=key, **where)
 
     # ------------------------------------------------------------- options
     @staticmethod
@@ -179,7 +193,10 @@ class ContainerProvider:
         netns = host.vars.get("dlinfra_netns")
         if netns:  # local testbed: drive the engine from here, inside/into the host's namespace
             if kind == "docker":
-                already = daemons._answers(daemons.dockerd_paths(netns).socket)
+                paths = daemons.dockerd_paths(netns)
+                already = daemons._answers(paths.socket)
+                if not already:  # started by this run: a sweep stops it if the controller dies
+                    self._note("dockerd", key=paths.socket, host=host.name, **asdict(paths))
                 engine = daemons.ensure_dockerd(netns, host=host.name)
                 return HostEngine(host.name, engine, started_dockerd=not already)
             engine = Engine("podman", host=host.name, netns=netns)
@@ -194,6 +211,7 @@ class ContainerProvider:
         home = str(host.home)
         if not he.engine.via:
             root = Path(os.path.expanduser(home)) / "ctr" / run_id
+            self._note("folder", key=str(root), host=he.host, path=str(root), via=[])
             root.mkdir(parents=True, exist_ok=True)
             he.results_owner = f"{root.stat().st_uid}:{root.stat().st_gid}"
             return str(root)
@@ -202,6 +220,7 @@ class ContainerProvider:
             base = out.stdout.strip()
             home = f"{base}/{home[2:] if home.startswith('~/') else home}"
         root = f"{home}/ctr/{run_id}"
+        self._note("folder", key=f"{he.host}:{root}", host=he.host, path=root, via=list(he.engine.via))
         _remote(he.engine, ["mkdir", "-p", root], timeout=60)
         owner = subprocess.run([*he.engine.via, shlex.join(["stat", "-c", "%u:%g", root])], capture_output=True,
                                text=True, timeout=60)  # fmt: skip
@@ -225,9 +244,13 @@ class ContainerProvider:
             )
         self.run_id = run_id = opts["run_id"]
         self.keep_images = bool(opts.get("keep_images", False))
+        # Claimed before anything exists, held until down() has removed it all: a controller killed
+        # meanwhile leaves a state file that `dlinfra sweep` (and the next run's start) cleans up after.
+        self._claim = self._claim or claim(run_id, "ctr", layer=self.layer)
         for host in hosts:  # fail fast, naming the host, before building anything
             kind = str(opts.get("engine") or host.vars.get("dlinfra_container_engine", "docker"))
             he = self._engine_for(host, kind)
+            self._note("engine", key=he.engine.label, **engine_where(he.engine))
             remove_run(he.engine, run_id)  # what a killed earlier run with this (explicit) run_id left
             self.hosts.append(he)
         if opts.get("wheelhouse"):  # a prebuilt folder with requirements.lock (air-gapped sites, tests)
@@ -249,6 +272,7 @@ class ContainerProvider:
                 if he.engine.kind != kind or he.engine.exists("image", built.tag):
                     continue
                 tarball = tarball or save_image(local, built.tag)
+                self._note("image", key=f"{he.engine.label} {built.tag}", ref=built.tag, **engine_where(he.engine))
                 if load_image(he.engine, tarball, built.tag):
                     he.loaded_images.append(built.tag)
         network: NetworkMode = opts["network_mode"]
@@ -364,11 +388,136 @@ class ContainerProvider:
                     _remote(he.engine, ["rm", "-rf", he.results_root], check=False)
                 else:
                     shutil.rmtree(he.results_root, ignore_errors=True)
-            if he.started_dockerd and he.engine.netns:
+            if he.started_dockerd and he.engine.netns and not _others_use(he.engine, self.run_id):
                 daemons.stop_dockerd(he.engine.netns)
         self.hosts = []
         self.targets = []
         self.run_id = None
+        if self._claim is not None:  # only once everything is gone: a failed down() leaves the run to a sweep
+            self._claim.release()
+            self._claim = None
 
     def describe(self) -> dict[str, Any]:
         return {"layer": self.layer, "run_id": self.run_id, "targets": [t.name for t in self.targets]}
+
+
+def _others_use(engine: Engine, run_id: str) -> bool:
+    """Whether another live run has containers on this daemon, or has recorded that it uses it."""
+    names = engine.run("ps", "-aq", check=False).stdout.split()
+    if names and len(names) > len(engine.names_with_label("container", f"{RUN_LABEL}={run_id}")):
+        return True
+    return any(
+        o.get("kind") == "engine" and o.get("socket") == engine.socket
+        for info in live_runs()
+        if info.label != run_id
+        for o in info.objects
+    )
+
+
+# ------------------------------------------------------------------ sweep
+def sweep_run(label: str, objects: list[dict[str, Any]], report: SweepReport, *, dry_run: bool = False) -> None:
+    """Remove what a dead ``ctr`` run left, from its state file's entries (or ones found by label).
+
+    Containers and networks labelled with the run and the images it loaded, on every engine it
+    used; its runs folders; the per-namespace dockerds it started, unless a live run (or anything
+    not from a dead dlinfra run) still has containers there. The daemons' data roots stay while
+    their testbed host exists (they are its image cache; ``testbed down`` removes them).
+    """
+    # ctr-vm's hosts are the run's guests: one that no longer answers went with its guest, which is no error.
+    in_guests = any(o.get("kind") == "ctr" and o.get("layer") == "ctr-vm" for o in objects)
+    images: dict[str, list[str]] = {}
+    for entry in objects:
+        if entry.get("kind") == "image" and entry.get("ref"):
+            images.setdefault(engine_from(entry).label, []).append(str(entry["ref"]))
+    seen: set[str] = set()
+    for entry in objects:
+        if entry.get("kind") != "engine":
+            continue
+        engine = engine_from(entry)
+        if engine.label in seen:
+            continue
+        seen.add(engine.label)
+        if engine.kind == "docker" and engine.socket and not engine.via and not daemons._answers(engine.socket):
+            continue  # its daemon is gone; a recorded dockerd entry below kills what it left running
+        try:
+            removed = remove_run(engine, label, images=images.get(engine.label, ()), dry_run=dry_run)
+        except DlinfraError as exc:
+            if in_guests and engine.via:
+                report.skip(f"run {label}: guest {engine.host} does not answer (gone with its guest): {exc}")
+            else:
+                report.error(f"run {label}: {engine.label}: {exc}")
+            continue
+        for kind, names in removed.items():
+            report.add(kind, *(f"{name} ({engine.label})" for name in names))
+    for entry in objects:
+        if entry.get("kind") == "folder" and entry.get("path"):
+            _sweep_folder(label, entry, report, dry_run=dry_run, in_guests=in_guests)
+    for entry in objects:
+        if entry.get("kind") == "dockerd":
+            _sweep_dockerd(label, entry, report, dry_run=dry_run)
+
+
+def _sweep_folder(label: str, entry: dict[str, Any], report: SweepReport, *, dry_run: bool, in_guests: bool) -> None:
+    path = str(entry["path"])
+    if f"/ctr/{label}" not in path:  # a runs folder is always HOME/ctr/RUN_ID: refuse anything else
+        report.error(f"run {label}: not removing {path}: not a runs folder of this run")
+        return
+    if entry.get("via"):
+        engine = engine_from(entry)
+        where = f"{engine.host}:{path}"
+        if dry_run:
+            report.add("run folders", where)
+            return
+        out = subprocess.run([*engine.via, shlex.join(["rm", "-rf", "--", path])], capture_output=True, timeout=120)
+        why = out.stderr.decode(errors="replace").strip()[-200:]
+        if out.returncode == 0:
+            report.add("run folders", where)
+        elif in_guests and out.returncode == 255:
+            report.skip(f"run {label}: guest {engine.host} does not answer (gone with its guest): {why}")
+        else:
+            report.error(f"run {label}: could not remove {where}: {why}")
+        return
+    if Path(path).exists():
+        if not dry_run:
+            shutil.rmtree(path, ignore_errors=True)
+        report.add("run folders", path)
+
+
+def _sweep_dockerd(label: str, entry: dict[str, Any], report: SweepReport, *, dry_run: bool) -> None:
+    fields = {k: entry.get(k) for k in ("netns", "socket", "exec_root", "data_root", "pidfile", "log")}
+    if not fields["netns"] or not fields["socket"] or not fields["pidfile"]:
+        return
+    paths = daemons.DockerdPaths(**fields)  # type: ignore[arg-type]
+    running = daemons._pid(paths.pidfile) is not None
+    if running and daemons._answers(paths.socket):
+        engine = Engine("docker", host=str(entry.get("host") or paths.netns), socket=paths.socket, netns=paths.netns)
+        try:
+            labels = run_labels(engine)
+            total = len(engine.run("ps", "-aq", what="ps").stdout.split())
+        except DlinfraError as exc:
+            report.error(f"run {label}: dockerd in {paths.netns}: {exc}")
+            return
+        owners = set(labels["containers"].values())
+        live = sorted(o for o in owners if o != label and is_live(o))
+        live += sorted(  # a live run that adopted this daemon and has no container on it yet
+            info.label
+            for info in live_runs()
+            if info.label not in (label, *live) and any(o.get("socket") == paths.socket for o in info.objects)
+        )
+        if live or total > len(labels["containers"]):
+            why = f"run(s) {', '.join(live)} use it" if live else "it runs containers that are not dlinfra runs'"
+            report.skip(f"dockerd in {paths.netns} kept: {why}")
+            return
+        for other in sorted(owners - {label}):  # dead runs' containers: the daemon will not be there to list them
+            for kind, names in remove_run(engine, other, dry_run=dry_run).items():
+                report.add(kind, *(f"{name} ({engine.label})" for name in names))
+    leftovers = daemons.processes_mentioning(paths.exec_root) if paths.exec_root else []
+    if running or leftovers:
+        report.add("daemons", f"dockerd in {paths.netns} ({paths.socket})")
+    if not dry_run:
+        daemons.stop_dockerd_at(paths, unmount=False)
+        for root in (paths.exec_root, paths.data_root):  # a killed daemon leaves its containers' mounts too
+            report.add("mounts", *daemons.unmount_under(root))
+    if not (daemons.NETNS_DIR / paths.netns).exists():  # its testbed host is gone: so is the use of its image cache
+        for kind, names in daemons.remove_dockerd_state(paths, dry_run=dry_run).items():
+            report.add(kind, *names)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.orchestration.runs_registry import RunClaim, claim
 from dlinfra.providers.containers.engine import Engine
 
 RUN_LABEL = "dlinfra.run"
@@ -261,8 +262,41 @@ def create_args(engine: Engine, spec: ContainerSpec) -> list[str]:
     return args
 
 
+#: Claims of runs whose containers were started with :func:`run_container` directly (not through the provider).
+_CLAIMS: dict[str, RunClaim] = {}
+
+
+def engine_where(engine: Engine) -> dict[str, object]:
+    """Where an engine is, as a run's state file records it (see :func:`engine_from`)."""
+    return {"host": engine.host, "engine": engine.kind, "socket": engine.socket, "netns": engine.netns,
+            "via": list(engine.via)}  # fmt: skip
+
+
+def engine_from(where: dict[str, object], *, timeout: float = 120.0) -> Engine:
+    """The engine a state file entry names; over SSH with a short connect timeout (the host may be gone)."""
+    via = [str(a) for a in where.get("via") or []]  # type: ignore[attr-defined]
+    if via and via[0] == "ssh":
+        via = [via[0], "-o", "ConnectTimeout=10", *via[1:]]
+    return Engine(
+        str(where.get("engine") or "docker"),  # type: ignore[arg-type]
+        host=str(where.get("host") or "localhost"),
+        socket=str(where["socket"]) if where.get("socket") else None,
+        netns=str(where["netns"]) if where.get("netns") else None,
+        via=tuple(via),
+        timeout=timeout,
+    )
+
+
 def run_container(engine: Engine, spec: ContainerSpec) -> dict:
-    """Start the container and return its inspect record (id, address, applied limits)."""
+    """Start the container and return its inspect record (id, address, applied limits).
+
+    The run's label is claimed first (``dlinfra sweep`` never touches a live run's containers);
+    :func:`remove_run` lets go of it.
+    """
+    if spec.run_id not in _CLAIMS:
+        _CLAIMS[spec.run_id] = claim(spec.run_id, "engine", key=engine.label, **engine_where(engine))
+    else:
+        _CLAIMS[spec.run_id].add("engine", key=engine.label, **engine_where(engine))
     if spec.network.kind == "bridge" and spec.network.value is None:
         ensure_network(engine, run_network_name(spec.run_id), spec.run_id)
     engine.run(*create_args(engine, spec), what=f"run {spec.name}")
@@ -362,19 +396,51 @@ def plan_containers(placement: str, processes: Sequence[Process], run_id: str) -
 
 
 # ----------------------------------------------------------------- teardown
-def remove_run(engine: Engine, run_id: str, *, images: Sequence[str] = ()) -> dict[str, list[str]]:
-    """Remove every container and network labelled with ``run_id`` and the given image refs; nothing else."""
+def remove_run(
+    engine: Engine, run_id: str, *, images: Sequence[str] = (), dry_run: bool = False
+) -> dict[str, list[str]]:
+    """Remove every container and network labelled with ``run_id`` and the given image refs; nothing else.
+
+    ``dry_run`` only lists them. A claim taken by :func:`run_container` for this run is released.
+    """
     label = f"{RUN_LABEL}={run_id}"
     removed: dict[str, list[str]] = {"containers": [], "networks": [], "images": []}
     for name in engine.names_with_label("container", label):
         # --time 0: the main process (sleep) ignores SIGTERM; podman would wait 10 s per container for nothing.
         quick = ["--time", "0"] if engine.kind == "podman" else []
-        engine.run("rm", "--force", *quick, "--volumes", name, check=False)
+        if not dry_run:
+            engine.run("rm", "--force", *quick, "--volumes", name, check=False)
         removed["containers"].append(name)
     for name in engine.names_with_label("network", label):
-        engine.run("network", "rm", name, check=False)
+        if not dry_run:
+            engine.run("network", "rm", name, check=False)
         removed["networks"].append(name)
     for ref in images:
-        if engine.run("rmi", ref, check=False).returncode == 0:
+        if dry_run:
+            if engine.exists("image", ref):
+                removed["images"].append(ref)
+        elif engine.run("rmi", ref, check=False).returncode == 0:
             removed["images"].append(ref)
+    if not dry_run and run_id in _CLAIMS:
+        _CLAIMS.pop(run_id).release()
     return removed
+
+
+def run_labels(engine: Engine) -> dict[str, dict[str, str]]:
+    """Containers and networks on ``engine`` that carry a run label: ``{"containers": {name: label}, ...}``.
+
+    The machine's other containers carry no ``dlinfra.run`` label and are never listed.
+    Read with ``inspect`` (docker and podman format ``ps``/``network ls`` labels differently).
+    """
+    found: dict[str, dict[str, str]] = {"containers": {}, "networks": {}}
+    for kind, what, path in (("containers", "container", ".Config.Labels"), ("networks", "network", ".Labels")):
+        names = engine.names_with_label(what, RUN_LABEL)  # type: ignore[arg-type]
+        if not names:
+            continue
+        fmt = f'{{{{.Name}}}} {{{{index {path} "{RUN_LABEL}"}}}}'
+        out = engine.run(what, "inspect", "--format", fmt, *names, check=False, what=f"{what} inspect").stdout
+        for line in out.splitlines():  # one line per object still there (one may vanish meanwhile)
+            name, _, label = line.strip().partition(" ")
+            if name and label:
+                found[kind][name.lstrip("/")] = label
+    return found

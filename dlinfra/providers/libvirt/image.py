@@ -44,7 +44,8 @@ GUEST_PACKAGES = (
     "systemd-sysv",
     "udev",
 )
-KERNEL_CMDLINE = "root=/dev/vda rw console=ttyS0,115200 net.ifnames=0 quiet"
+#: Not quiet: the boot watch reads the kernel's progress on the serial console (see boot.py).
+KERNEL_CMDLINE = "root=/dev/vda rw console=ttyS0,115200 net.ifnames=0"
 SEED_LABEL = "cidata"
 ON_DEMAND_UNITS = ("docker.service", "containerd.service")
 PAYLOAD_HOME = ".dlinfra"  # Target.home of vm targets, relative to the login user's home

@@ -17,6 +17,7 @@ from typing import Any
 
 from dlinfra.errors import SpecError
 from dlinfra.inventory import InventoryHost
+from dlinfra.orchestration.progress import phase
 from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.libvirt.provider import LibvirtProvider
 
@@ -58,26 +59,37 @@ class LibvirtLayer:
         options = dict(spec.options)
         default_uri = options.pop("uri", None)
         uris = {h.name: libvirt_uri(h, default_uri) for h in hosts}  # every host checked before any guest exists
-        image = None
-        if not options.get("cloud_image"):
-            from dlinfra.orchestration.wheelhouse import build_wheelhouse
-            from dlinfra.providers.libvirt.image import build_guest_image
-
-            wheelhouse = spec.wheelhouse or build_wheelhouse()
-            docker_image = _payload_docker_image(wheelhouse) if "ctr-vm" in spec.stacked else None
-            image = build_guest_image(payload=wheelhouse, docker_image=docker_image)
+        self.providers = [LibvirtProvider(uris[h.name], physical_host=h.name) for h in hosts]
         try:
-            for host in hosts:
-                provider = LibvirtProvider(uris[host.name], physical_host=host.name, image=image)
-                self.providers.append(provider)
+            for provider in self.providers:
+                provider.conn  # noqa: B018 - every hypervisor answers before minutes go into an image
+            image = None if options.get("cloud_image") else self._image(spec)
+            for host, provider in zip(hosts, self.providers, strict=True):
+                provider.image = image
                 host_options = {**options, "guests": _guests_for(host, options, len(hosts))}
-                self.targets += provider.up(LayerSpec("vm", [host], spec.inventory, host_options, spec.artifacts_dir))
+                with phase(f"vm: guests on {host.name}", f"boot timeout {options.get('boot_timeout', 300)} s"):
+                    layer_spec = LayerSpec("vm", [host], spec.inventory, host_options, spec.artifacts_dir)
+                    self.targets += provider.up(layer_spec)
         except BaseException:
             self.down()
             raise
         for target in self.targets:
             target.details = {k: target.facts[k] for k in _DETAILS if k in target.facts}
         return self.targets
+
+    @staticmethod
+    def _image(spec: LayerSpec) -> Any:
+        """The guest image with the campaign's payload baked in (and the ctr-vm image when stacked)."""
+        from dlinfra.orchestration.wheelhouse import build_wheelhouse
+        from dlinfra.providers.libvirt.image import build_guest_image
+
+        wheelhouse = spec.wheelhouse or build_wheelhouse()
+        docker_image = None
+        if "ctr-vm" in spec.stacked:
+            with phase("vm: payload image for ctr-vm"):
+                docker_image = _payload_docker_image(wheelhouse)
+        with phase("vm: guest image", "built once, then cached by its inputs"):
+            return build_guest_image(payload=wheelhouse, docker_image=docker_image)
 
     def down(self) -> None:
         for provider in self.providers:

@@ -23,8 +23,18 @@ from typing import TYPE_CHECKING, Any
 
 from dlinfra.cache import cache_root
 from dlinfra.errors import SpecError, TargetError
+from dlinfra.orchestration.progress import note, say
+from dlinfra.orchestration.runs_registry import RunClaim, claim
 from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.libvirt import storage
+from dlinfra.providers.libvirt.boot import (
+    KVM_STALL_S,
+    ConsoleWatch,
+    host_key,
+    kvm_stalled,
+    remember_stall,
+    remembered_stall,
+)
 from dlinfra.providers.libvirt.daemons import ensure_daemons
 from dlinfra.providers.libvirt.domain import DomainPlan, domain_xml, run_label_of
 from dlinfra.providers.libvirt.image import GuestImage, build_guest_image, cloud_image
@@ -109,6 +119,9 @@ class LibvirtProvider:
         self._physical_host = physical_host
         self.targets: list[Target] = []
         self.timings: dict[str, float] = {}
+        #: The last console watch of each guest (by name): how far its latest boot got.
+        self.consoles: dict[str, ConsoleWatch] = {}
+        self._claim: RunClaim | None = None  # this run's label in the run registry, held until down() removed it all
 
     # -- connection ---------------------------------------------------------------------------------------------
 
@@ -308,6 +321,11 @@ class LibvirtProvider:
 
     def _create(self, guests: list[GuestSpec], checks: HostChecks, image: GuestImage) -> list[Target]:
         conn = self.conn
+        # Claimed before anything is made, held until down() has removed it: a killed controller's guests are then
+        # told from a live run's and removed by `dlinfra sweep` / the next campaign's start.
+        self._claim = self._claim or claim(
+            self.run_label, "libvirt", uri=self.uri, pool=self.pool_name, state_dir=str(self.state_dir)
+        )
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         client_key = self.ssh_key or make_client_key(self.state_dir)
         public_key = Path(str(client_key) + ".pub").read_text().strip()
@@ -361,14 +379,53 @@ class LibvirtProvider:
             plans.append((guest, plan))
 
         boot_started = time.monotonic()
-        plans = [(guest, self._start_domain(plan)) for guest, plan in plans]
+        plans = [(guest, self._start_domain(self._remembered(plan))) for guest, plan in plans]
         targets = [self._target(guest, plan, net, client_key, known_hosts, checks) for guest, plan in plans]
         for target, (_guest, plan) in zip(targets, plans, strict=True):
-            self._wait_ssh(target, plan)
+            booted = self._boot(target, plan)
+            target.emulated = booted.emulated
+            target.facts.update(virt_type=booted.virt_type, kvm_refused=booted.kvm_refused)
             target.facts["boot_to_ssh_s"] = round(time.monotonic() - boot_started, 1)
         self.timings["boot_to_ssh_s"] = round(time.monotonic() - boot_started, 1)
         self.targets = targets
         return targets
+
+    def _verdict_key(self) -> str:
+        return host_key(self.host, int(self.conn.getVersion()))
+
+    def _remembered(self, plan: DomainPlan) -> DomainPlan:
+        """With ``emulation: allow``, go straight to TCG where KVM was already seen not to boot this kernel."""
+        if plan.virt_type != "kvm" or plan.spec.emulation != "allow" or plan.host_devices or not plan.serial_log:
+            return plan
+        kernel = Path(plan.kernel) if plan.kernel else None
+        reason = remembered_stall(self._verdict_key(), kernel, plan.cmdline)
+        if reason is None:
+            return plan
+        say(f"{self.host}: guest {plan.spec.name} boots under QEMU TCG: {reason}")
+        return replace(plan, virt_type="qemu", kvm_refused=reason)
+
+    def _boot(self, target: Target, plan: DomainPlan) -> DomainPlan:
+        """Wait for the guest; when KVM makes no boot progress, restart it under TCG (allow) or fail (never)."""
+        try:
+            self._wait_ssh(target, plan)
+            return plan
+        except _KvmStall as stall:
+            reason = f"no boot progress under KVM in {KVM_STALL_S:.0f} s ({stall.console})"
+        if plan.spec.emulation != "allow" or plan.host_devices:
+            raise TargetError(
+                f"{self.host}: guest {target.name} made {reason}",
+                "KVM on this host does not run the guest's kernel (nested virtualisation?); "
+                "set emulation: allow to fall back to QEMU TCG (rows are marked emulated)",
+            )
+        remember_stall(self._verdict_key(), Path(plan.kernel) if plan.kernel else None, plan.cmdline, reason)
+        say(f"{self.host}: guest {target.name}: {reason}; restarting it under QEMU TCG (rows marked emulated)")
+        dom = self.conn.lookupByName(plan.domain_name)
+        if dom.isActive():
+            dom.destroy()
+        dom.undefine()
+        emulated = self._start_domain(replace(plan, virt_type="qemu", kvm_refused=reason))
+        self._wait_ssh(target, emulated)
+        return emulated
 
     def _start_domain(self, plan: DomainPlan) -> DomainPlan:
         """Define and start; with ``emulation: allow``, a KVM guest QEMU cannot start is retried under TCG.
@@ -388,7 +445,15 @@ class LibvirtProvider:
         if plan.virt_type == "kvm" and plan.spec.emulation == "allow" and not plan.host_devices:
             if dom is not None:
                 dom.undefine()  # defined, never started: the TCG definition replaces it
-            return self._start_domain(replace(plan, virt_type="qemu", kvm_refused=error.splitlines()[0][:300]))
+            refused = error.splitlines()[0][:300]
+            say(f"{self.host}: guest {plan.spec.name}: QEMU refused KVM; starting it under QEMU TCG ({refused})")
+            return self._start_domain(replace(plan, virt_type="qemu", kvm_refused=refused))
+        if plan.virt_type == "kvm":
+            raise TargetError(
+                f"{self.host}: guest {plan.spec.name} does not start under KVM: {error}",
+                "QEMU refused KVM here (nested virtualisation?); set emulation: allow to fall back to QEMU TCG "
+                "(rows are marked emulated), or see the hypervisor host's libvirt log",
+            )
         raise TargetError(
             f"{self.host}: guest {plan.spec.name} does not start: {error}", "see the hypervisor host's libvirt log"
         )
@@ -432,10 +497,25 @@ class LibvirtProvider:
         )
 
     def _wait_ssh(self, target: Target, plan: DomainPlan) -> None:
-        """Wait until the guest answers SSH with exactly the host key we seeded (StrictHostKeyChecking yes)."""
-        deadline = time.monotonic() + self.boot_timeout
+        """Wait until the guest answers SSH with exactly the host key we seeded (StrictHostKeyChecking yes).
+
+        Under KVM with a kernel we boot directly, the serial console is watched too: no userspace
+        after KVM_STALL_S seconds raises :class:`_KvmStall`.
+        """
+        started = time.monotonic()
+        deadline = started + self.boot_timeout
+        watch = ConsoleWatch(Path(plan.serial_log)) if plan.serial_log else None
+        if watch is not None:
+            self.consoles[target.name] = watch  # kept after teardown: what the guest showed, for errors and tests
+        check_stall = watch is not None and plan.virt_type == "kvm" and plan.kernel is not None
         last = ""
         while time.monotonic() < deadline:
+            if watch is not None:
+                watch.poll()
+                accel = "KVM" if plan.virt_type == "kvm" else "QEMU TCG"
+                note(f"waiting for guest {target.name} ({accel}) to answer SSH at {target.address}; {watch.shows}")
+                if check_stall and kvm_stalled(watch, started):
+                    raise _KvmStall(watch.shows)
             dom = self.conn.lookupByName(plan.domain_name)
             if not dom.isActive():
                 raise TargetError(f"{self.host}: guest {target.name} stopped while booting", self._serial_tail(plan))
@@ -484,11 +564,22 @@ class LibvirtProvider:
         self.removed = removed
         shutil.rmtree(self.state_dir, ignore_errors=True)
         self.targets = []
+        if self._claim is not None:  # only once sweep() went through: a failed down() leaves the run to a sweep
+            self._claim.release()
+            self._claim = None
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+class _KvmStall(Exception):
+    """The guest made no boot progress under KVM; ``console`` is what its console showed."""
+
+    def __init__(self, console: str) -> None:
+        super().__init__(console)
+        self.console = console
 
 
 def _disk_format(path: Path) -> str:

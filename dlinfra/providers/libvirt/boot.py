@@ -1,0 +1,113 @@
+"""Watching a guest boot on its serial console: how far it got, and KVM that makes no progress.
+
+Why: on some machines ``/dev/kvm`` exists, libvirt's capabilities say KVM, QEMU
+starts the guest without complaint, and the guest kernel then spins forever
+(nested virtualisation missing a CPU feature; seen stopping right after
+"Probing EDD"). Only the guest's console tells. A healthy kernel under KVM
+reaches userspace in a few seconds; one that has not done so after
+:data:`KVM_STALL_S` never will. With ``emulation: allow`` the guest is then
+restarted under QEMU TCG (and the verdict is remembered per host and kernel,
+so the next run does not wait again); with ``never`` the layer fails naming
+host, guest and what the console showed.
+
+The guest kernel boots without ``quiet`` so these lines reach the console.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlinfra.cache import cache_root
+
+#: Seconds a guest under KVM may take to reach userspace before KVM is judged not to work here.
+KVM_STALL_S = 40.0
+
+#: Console lines that prove the kernel reached userspace (kernel messages, then systemd's).
+USERSPACE_MARKERS = (
+    "Run /init as init process",
+    "Run /sbin/init as init process",
+    "Freeing unused kernel image",
+    "Welcome to ",
+    "systemd[1]:",
+)
+
+
+@dataclass
+class ConsoleWatch:
+    """Reads a guest's serial log as it grows: the last line, and whether userspace was reached."""
+
+    path: Path
+    offset: int = 0
+    last_line: str = ""
+    in_userspace: bool = False
+    _partial: str = ""
+
+    def poll(self) -> None:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read(1 << 20)  # bounded: a chatty guest cannot grow this process
+        except OSError:
+            return
+        self.offset += len(chunk)
+        text = self._partial + chunk.decode("utf-8", errors="replace").replace("\r", "")
+        lines = text.split("\n")
+        self._partial = lines.pop()[-4096:]
+        for line in lines:
+            if not self.in_userspace and any(marker in line for marker in USERSPACE_MARKERS):
+                self.in_userspace = True
+            if line.strip():
+                self.last_line = _printable(line.strip())[-160:]
+
+    @property
+    def shows(self) -> str:
+        """What the console shows last, for messages ("nothing" when the guest printed nothing)."""
+        last = self.last_line or _printable(self._partial.strip())[-160:]
+        return f"console ends: {last}" if last else "the console shows nothing"
+
+
+def _printable(text: str) -> str:
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+def kvm_stalled(watch: ConsoleWatch, started: float, now: float | None = None) -> bool:
+    """True when a KVM guest has had :data:`KVM_STALL_S` seconds and has not reached userspace."""
+    watch.poll()
+    return not watch.in_userspace and (now if now is not None else time.monotonic()) - started >= KVM_STALL_S
+
+
+# -- the per-host verdict, remembered so the next run goes straight to TCG ---------------------------------------
+
+
+def _verdict_path(host_key: str, kernel: Path | None, cmdline: str | None) -> Path:
+    kernel_id = f"{kernel.name}:{kernel.stat().st_size}" if kernel and kernel.exists() else "bootloader"
+    digest = hashlib.sha256(f"{host_key}\0{kernel_id}\0{cmdline or ''}".encode()).hexdigest()[:16]
+    return cache_root() / "kvm-verdicts" / f"{digest}.json"
+
+
+def host_key(hostname: str, hypervisor_version: int, uname_release: str | None = None) -> str:
+    """What a verdict is valid for: the host, its QEMU and (locally) its kernel; an upgrade probes again."""
+    return f"{hostname}:{hypervisor_version}:{uname_release or os.uname().release}"
+
+
+def remembered_stall(host: str, kernel: Path | None, cmdline: str | None) -> str | None:
+    """The reason KVM was found not to boot this kernel on this host before, or None."""
+    path = _verdict_path(host, kernel, cmdline)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return f"{data['reason']} (found {data['when']}; delete {path} to try KVM again)"
+
+
+def remember_stall(host: str, kernel: Path | None, cmdline: str | None, reason: str) -> None:
+    path = _verdict_path(host, kernel, cmdline)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"reason": reason, "when": time.strftime("%Y-%m-%d %H:%M")}))
+    tmp.replace(path)

@@ -1,0 +1,458 @@
+"""Nothing leaks, even after SIGKILL: a controller killed during a ``ctr`` cell and during a ``vm`` bring-up
+leaves objects that ``dlinfra sweep`` (and the campaign's start-up sweep) then remove, each kind checked;
+``testbed down`` leaves no mount, namespace, link, rule, daemon state or file of its testbed.
+
+Everything is real: the controller is a ``dlinfra run`` (or a provider) in its own session, killed with
+SIGKILL as a crash would; dockerd runs inside the testbed host's namespace; libvirtd runs the guest. Each
+test first checks the leftovers are there, so it cannot pass by killing too early. Own testbeds (``dlswc``,
+``dlswt``, ``dlswo``), so the folder's shared ``dlit`` testbed is not disturbed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import REPO, need, need_binary, need_module, run_cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+
+# ------------------------------------------------------------------ helpers
+def _mounts_under(*folders: str | Path) -> list[str]:
+    points = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    prefixes = [str(Path(f).resolve()) for f in folders]
+    return [p for p in points if any(p == f or p.startswith(f + "/") for f in prefixes)]
+
+
+def _pids_naming(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _forward_rules() -> str:
+    return subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, check=False).stdout
+
+
+def _need_root_tools(*tools: str) -> None:
+    need(os.geteuid() == 0, "root (namespaces, dockerd, libvirtd)")
+    for tool in ("ip", "sshd", "ssh-keygen", "unshare", "iptables", *tools):
+        need_binary(tool)
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    """SIGKILL the controller's whole process group, as a crash or the OOM killer would: no clean-up runs."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+def _controller(argv: list[str], log: Path) -> subprocess.Popen:
+    """Start a controller in its own session, so only its tree dies; daemons it starts have their own."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    with log.open("wb") as out:  # the venv's bin first: ansible-inventory and friends, as `make` has them
+        return subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def _wait_for(what: str, check, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"the controller exited ({proc.returncode}) before {what}:\n{log.read_text()[-3000:]}")
+        time.sleep(1)
+    _kill_session(proc)
+    pytest.fail(f"no {what} within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def testbed_one() -> Iterator[object]:
+    """A one-host testbed of its own; torn down afterwards whatever happened."""
+    _need_root_tools("dockerd")
+    from dlinfra.testbed.local import LocalTestbed
+
+    tb = LocalTestbed("dlswc")
+    tb.down()
+    st = tb.up(1)
+    try:
+        yield st
+    finally:
+        tb.down()
+
+
+# ------------------------------------------------------------- the registry
+_HOLDER = """
+import os, signal, sys, time
+from dlinfra.orchestration.runs_registry import claim
+held = claim(sys.argv[1], "ctr", host="h1")
+held.add("folder", key="f", path="/nonexistent/ctr/" + sys.argv[1])
+if sys.argv[2] == "fork":  # a child that outlives its parent must not keep the run alive
+    if os.fork() == 0:
+        time.sleep(60)
+        os._exit(0)
+print("claimed", flush=True)
+time.sleep(60)
+"""
+
+
+def _holder(label: str, mode: str, cache: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, label, mode], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "DLINFRA_CACHE": str(cache)}, start_new_session=True)  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "claimed"
+    return proc
+
+
+def test_registry_tells_live_runs_from_killed_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim is live while its process lives, whatever else holds its fd; SIGKILL makes it dead, with its record."""
+    from dlinfra.errors import DlinfraError
+    from dlinfra.orchestration import runs_registry as reg
+
+    monkeypatch.setenv("DLINFRA_CACHE", str(tmp_path))
+    mine = reg.claim("rmine", "libvirt", uri="qemu:///system")
+    again = reg.claim("rmine", "ctr")  # the same process joins its own claim
+    assert reg.is_live("rmine") and not reg.dead_runs()
+    again.release()
+    assert reg.is_live("rmine")
+    mine.release()
+    assert not reg.is_live("rmine") and not (tmp_path / "runs" / "rmine.json").exists()
+
+    other = _holder("rother", "plain", tmp_path)
+    try:
+        assert [r.label for r in reg.live_runs()] == ["rother"] and reg.dead_runs() == []
+        with pytest.raises(DlinfraError, match=f"in use by another live dlinfra process \\(pid {other.pid}\\)"):
+            reg.claim("rother", "ctr", wait_s=0.5)
+        with reg.take_over("rother") as held:
+            assert held is None  # a sweep never takes a live run's file
+    finally:
+        os.killpg(other.pid, signal.SIGKILL)
+        other.wait()
+    [dead] = reg.dead_runs()
+    assert dead.label == "rother" and dead.pid == other.pid and dead.kinds == ["ctr", "folder"]
+    with reg.take_over("rother") as held:
+        assert held is not None and held.info.of_kind("folder")[0]["path"].endswith("/ctr/rother")
+    assert reg.dead_runs() == [] and not (tmp_path / "runs" / "rother.json").exists()
+
+    forked = _holder("rfork", "fork", tmp_path)
+    os.kill(forked.pid, signal.SIGKILL)  # the parent only: its forked child sleeps on
+    forked.wait()
+    try:
+        assert [r.label for r in reg.dead_runs()] == ["rfork"]
+    finally:
+        os.killpg(forked.pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- ctr, SIGKILL
+def test_sigkill_during_a_ctr_cell_then_sweep_leaves_nothing(testbed_one, tmp_path: Path) -> None:
+    """The controller dies mid-cell: its container, network, dockerd, mounts and runs folder survive it; the
+    sweep removes each of them, the state file too, and a second sweep finds nothing."""
+    from dlinfra.orchestration.runs_registry import is_live, runs_dir
+    from dlinfra.providers.containers.daemons import dockerd_paths
+    from dlinfra.providers.containers.run import RUN_LABEL
+
+    st = testbed_one
+    host = st.hosts[0]
+    run_id = f"sw{secrets.token_hex(3)}"
+    paths = dockerd_paths(host.netns)
+    client = ["docker", "--host", f"unix://{paths.socket}"]
+    spec = tmp_path / "sweep-ctr.yml"
+    spec.write_text(
+        "name: sweep-ctr\ninventory: testbed:dlswc\nlayers: [ctr]\n"
+        "warmup_steps: 5\nsteps: 1000000\ncell_timeout: 900\npeer_timeout: 90\n"
+        "layer_options:\n"
+        f"  ctr: {{engine: docker, hosts: ['all[0]'], placement: single, network: bridge, run_id: {run_id}}}\n"
+        "workloads:\n  - name: mnist-dnn\n    hosts: ['all[0]']\n    matrix: {mode: [single], batch_size: [64]}\n"
+    )
+    log = tmp_path / "controller.log"
+    argv = [sys.executable, "-m", "dlinfra", "--db", str(tmp_path / "r.db"), "run", str(spec)]
+    proc = _controller([*argv, "--artifacts", str(tmp_path / "art")], log)
+
+    def docker(*args: str) -> str:
+        return subprocess.run([*client, *args], capture_output=True, text=True, timeout=60, check=False).stdout
+
+    def cell_running() -> bool:
+        if not Path(paths.socket).exists():
+            return False
+        names = docker("ps", "--filter", f"label={RUN_LABEL}={run_id}", "--format", "{{.Names}}").split()
+        return bool(names) and "dlinfra.payload" in docker("top", names[0])
+
+    _wait_for("payload process in a running container", cell_running, proc, log, timeout=1500)
+    _kill_session(proc)
+
+    # What the dead controller left (the test would pass vacuously without these).
+    label = f"label={RUN_LABEL}={run_id}"
+    containers = docker("ps", "-a", "--filter", label, "--format", "{{.ID}}").split()
+    networks = docker("network", "ls", "--filter", label, "--format", "{{.ID}}").split()
+    assert containers and networks, log.read_text()[-2000:]
+    bridge = f"br-{networks[0][:12]}"
+    assert bridge in subprocess.run(["ip", "-n", host.netns, "link"], capture_output=True, text=True).stdout
+    dockerd_pid = int(Path(paths.pidfile).read_text())
+    assert Path(f"/proc/{dockerd_pid}").exists()
+    assert _mounts_under(paths.exec_root), "a running container has its namespace mounted under the exec root"
+    assert _mounts_under(paths.data_root), "and its root filesystem under the data root"
+    runs_folder = Path(host.home) / "ctr" / run_id
+    assert runs_folder.is_dir()
+    state_file = runs_dir() / f"{run_id}.json"
+    assert state_file.exists() and not is_live(run_id)
+    recorded = json.loads(state_file.read_text())
+    assert {"ctr", "engine", "dockerd", "folder"} <= {o["kind"] for o in recorded["objects"]}
+
+    swept = run_cli("sweep", "--run", run_id, timeout=300)
+    assert swept.returncode == 0, swept.stdout + swept.stderr
+    # (no "mounts" row needed: removing the container and stopping its dockerd unmount them; checked below)
+    for kind in ("containers", "networks", "images", "daemons", "run folders", "state files"):
+        assert kind in swept.stdout, (kind, swept.stdout)
+
+    # Each kind, checked where it lived.
+    assert not Path(paths.socket).exists() or docker("ps", "-aq", "--filter", label).strip() == ""
+    assert not _pids_naming(paths.socket), "the run's dockerd is stopped"
+    assert (
+        not Path(f"/proc/{dockerd_pid}").exists() or "dockerd" not in Path(f"/proc/{dockerd_pid}/cmdline").read_text()
+    )
+    assert not _pids_naming(paths.exec_root + "/"), "its containerd and shims too (the containers with them)"
+    assert not _mounts_under(paths.exec_root, paths.data_root, runs_folder)
+    links = subprocess.run(["ip", "-n", host.netns, "link"], capture_output=True, text=True).stdout
+    assert bridge not in links, "the run's bridge network is gone from the host's namespace"
+    rules = subprocess.run(["ip", "netns", "exec", host.netns, "iptables", "-w", "-S"], capture_output=True, text=True)
+    assert bridge not in rules.stdout, "and so are its iptables rules there"
+    assert not runs_folder.exists()
+    assert not state_file.exists()
+    # The testbed itself is not the run's: its namespace and sshd are still there.
+    assert Path("/run/netns", host.netns).exists()
+
+    again = run_cli("sweep", "--run", run_id)
+    assert again.returncode == 0 and "nothing to sweep" in again.stdout, again.stdout + again.stderr
+
+
+# ----------------------------------------------------------------- vm, SIGKILL
+_VM_CONTROLLER = """
+import sys, time
+from pathlib import Path
+from dlinfra.orchestration.runs_registry import claim
+from dlinfra.providers.libvirt.image import GuestImage
+from dlinfra.providers.libvirt.provider import LibvirtProvider
+from dlinfra.providers.libvirt.spec import GuestSpec
+
+label, disk, pool, pool_path = sys.argv[1:5]
+provider = LibvirtProvider(
+    image=GuestImage(disk=Path(disk), key="sweeptest"), run_label=label, pool=pool, pool_path=pool_path,
+    boot_timeout=1200,
+)
+# What the provider's own claim records (libvirt provider hook); joining it twice is harmless.
+held = claim(label, "libvirt", uri=provider.uri, pool=pool, state_dir=str(provider.state_dir))
+provider.up_guests([GuestSpec("g1", vcpus=1, memory_mib=128, emulation="require")])
+"""
+
+
+def test_sigkill_during_vm_bring_up_then_startup_sweep_leaves_nothing(tmp_path: Path) -> None:
+    """A controller dies while its guest runs: the guest, its volumes, network (bridge and libvirt's rules),
+    serial log and keys outlive it; the sweep a campaign runs first (``sweep_dead_runs``) removes them all."""
+    _need_root_tools("libvirtd", "qemu-system-x86_64", "qemu-img", "mkfs.ext4")
+    libvirt = need_module("libvirt")
+    from dlinfra.orchestration.runs_registry import is_live, runs_dir
+    from dlinfra.orchestration.sweep import sweep_dead_runs
+    from dlinfra.providers.libvirt.daemons import ensure_daemons
+    from dlinfra.providers.libvirt.provider import new_run_label
+
+    ensure_daemons()
+    label = new_run_label()
+    pool, pool_path = "dlsweeptest", "/var/lib/libvirt/images/dlsweeptest"
+    disk = tmp_path / "blank.qcow2"  # no OS: the guest sits in its firmware, alive, until it is destroyed
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(disk), "64M"], check=True)
+    log = tmp_path / "controller.log"
+    proc = _controller([sys.executable, "-c", _VM_CONTROLLER, label, str(disk), pool, pool_path], log)
+    conn = libvirt.open("qemu:///system")
+    domain = f"dlinfra-{label}-g1"
+    try:
+
+        def guest_running() -> bool:
+            try:
+                return bool(conn.lookupByName(domain).isActive())
+            except libvirt.libvirtError:
+                return False
+
+        _wait_for(f"guest {domain} running", guest_running, proc, log, timeout=300)
+        _kill_session(proc)
+
+        state_file = runs_dir() / f"{label}.json"
+        assert state_file.exists() and not is_live(label)
+        assert guest_running()
+        vols = [v.name() for v in conn.storagePoolLookupByName(pool).listAllVolumes(0)]
+        assert {f"{domain}.qcow2", f"{domain}-seed.img"} <= set(vols)
+        assert f"dlinfra-{label}" in conn.listNetworks()
+        bridge = f"dlv-{label}"
+        assert Path("/sys/class/net", bridge).exists()
+        assert (runs_dir() / f"vm-{label}").is_dir()  # the client key and known_hosts
+
+        report = sweep_dead_runs()
+        assert label in report.runs, report
+        assert domain in report.removed.get("guests", [])
+        assert not report.errors, report.errors
+
+        names = [d.name() for d in conn.listAllDomains(0)]
+        assert domain not in names
+        assert not _pids_naming(domain), "no QEMU process of the guest"
+        vols = [v.name() for v in conn.storagePoolLookupByName(pool).listAllVolumes(0)]
+        assert not [v for v in vols if v.startswith(f"dlinfra-{label}")]
+        assert f"dlinfra-{label}" not in [n.name() for n in conn.listAllNetworks(0)]
+        assert not Path("/sys/class/net", bridge).exists()
+        assert (
+            bridge
+            not in _forward_rules()
+            + subprocess.run(["iptables", "-w", "-t", "nat", "-S"], capture_output=True, text=True).stdout
+        )
+        assert not Path(f"/var/log/libvirt/qemu/{domain}-serial.log").exists()
+        assert not (runs_dir() / f"vm-{label}").exists()
+        assert not state_file.exists()
+    finally:
+        if proc.poll() is None:
+            _kill_session(proc)
+        from dlinfra.providers.libvirt.provider import sweep
+
+        sweep(conn, label, pool)
+        try:  # the test's own pool and base volumes (a real run keeps its base image for the next)
+            p = conn.storagePoolLookupByName(pool)
+            for vol in p.listAllVolumes(0):
+                vol.delete(0)
+            p.destroy()
+            p.undefine()
+        except libvirt.libvirtError:
+            pass
+        shutil.rmtree(pool_path, ignore_errors=True)
+        conn.close()
+
+
+# -------------------------------------------------------------- testbed down
+def _tiny_rootfs(path: Path) -> Path:
+    """A root filesystem holding /bin/sleep and its libraries: a real process, without any registry."""
+    files = ["/bin/sleep"]
+    ldd = subprocess.run(["ldd", "/bin/sleep"], capture_output=True, text=True, check=True).stdout
+    files += [w for line in ldd.splitlines() for w in line.split() if w.startswith("/")]
+    with tarfile.open(path, "w") as tar:
+        for file in files:
+            tar.add(os.path.realpath(file), arcname=file.lstrip("/"))
+    return path
+
+
+def _busy_host_dockerd(netns: str, rootfs: Path) -> object:
+    """A per-host dockerd (as the ctr layer starts) running a container on a bridge network of its own."""
+    from dlinfra.providers.containers.daemons import dockerd_paths, ensure_dockerd
+
+    ensure_dockerd(netns, host=netns)
+    client = ["docker", "--host", f"unix://{dockerd_paths(netns).socket}"]
+    subprocess.run([*client, "import", str(rootfs), "dlswtiny:1"], check=True, capture_output=True)
+    subprocess.run([*client, "network", "create", "--label", "dlinfra.run=swtb", "swtbnet"], check=True,
+                   capture_output=True)  # fmt: skip
+    subprocess.run([*client, "run", "-d", "--name", "swtb", "--network", "swtbnet", "--label", "dlinfra.run=swtb",
+                    "dlswtiny:1", "/bin/sleep", "infinity"], check=True, capture_output=True)  # fmt: skip
+    return dockerd_paths(netns)
+
+
+def _assert_testbed_gone(name: str, bridge: str, netns: list[str], veths: list[str], daemon_paths: list) -> None:
+    from dlinfra.testbed.local import state_root
+
+    for ns in netns:
+        assert not Path("/run/netns", ns).exists(), ns
+    for link in [*veths, bridge]:
+        assert not Path("/sys/class/net", link).exists(), link
+    assert f"dlinfra-testbed:{name}" not in _forward_rules()
+    for paths in daemon_paths:
+        assert not _pids_naming(paths.socket), f"dockerd of {paths.netns} stopped"
+        assert not _pids_naming(paths.exec_root + "/"), f"its containerd and shims too ({paths.netns})"
+        assert not _mounts_under(paths.exec_root, paths.data_root), "no mount left under the daemon's roots"
+        for leftover in (paths.exec_root, paths.data_root, paths.socket, paths.pidfile, paths.log):
+            assert not Path(leftover).exists(), leftover
+    run_base = Path(daemon_paths[0].socket).parent if daemon_paths else Path("/run/dlinfra")
+    assert not list(run_base.glob(f"docker-dli-{name}-*")) if run_base.exists() else True
+    assert not (state_root() / "testbed" / name).exists()
+
+
+def test_testbed_down_removes_daemons_mounts_data_roots_rules_and_files(tmp_path: Path) -> None:
+    """Host 1 runs a dockerd with a container on a bridge network; host 2 a podman container. ``testbed
+    down`` removes every kind of object, never touches this machine's own dockerd, and is idempotent."""
+    _need_root_tools("dockerd", "podman")
+    from dlinfra.providers.containers.daemons import DEFAULT_SOCKET
+    from dlinfra.providers.containers.engine import Engine
+    from dlinfra.testbed.local import LocalTestbed
+
+    name = "dlswt"
+    tb = LocalTestbed(name)
+    tb.down()
+    machine_containers = subprocess.run(["docker", "ps", "-aq"], capture_output=True, text=True).stdout.split()
+    st = tb.up(2)
+    rootfs = _tiny_rootfs(tmp_path / "rootfs.tar")
+    try:
+        h1, h2 = st.hosts
+        paths = _busy_host_dockerd(h1.netns, rootfs)
+        podman = Engine("podman", host=h2.name, netns=h2.netns)  # as the ctr layer places one on a testbed host
+        podman.run("import", str(rootfs), "dlswtiny:1")
+        where = ["--network", f"ns:/run/netns/{h2.netns}", "--label", f"dlinfra.host={h2.name}"]
+        podman.run(
+            "run", "-d", "--name", "dlswt-pod", *where, *podman.create_flags(), "dlswtiny:1", "/bin/sleep", "infinity"
+        )
+        # Everything is there before down.
+        assert _mounts_under(paths.exec_root) and _mounts_under(paths.data_root)
+        assert Path(paths.socket).exists() and Path(paths.data_root).is_dir()
+        assert f"dlinfra-testbed:{name}" in _forward_rules()
+        down = run_cli("testbed", "down", "--name", name, timeout=300)
+        assert down.returncode == 0, down.stdout + down.stderr
+        # (mounts: a daemon stopped cleanly unmounts its own; what one killed earlier left is unmounted by down)
+        for kind in ("containers", "daemons", "data roots", "namespaces", "links", "iptables rules", "processes"):
+            assert kind in down.stdout, (kind, down.stdout)
+        _assert_testbed_gone(name, st.bridge, [h.netns for h in st.hosts], [h.veth_host for h in st.hosts], [paths])
+        pods = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True)
+        assert "dlswt-pod" not in pods.stdout.split()
+        # The machine's own dockerd is not the testbed's: it still answers, with the same containers.
+        assert (
+            subprocess.run(["docker", "--host", f"unix://{DEFAULT_SOCKET}", "info"], capture_output=True).returncode
+            == 0
+        )
+        still = subprocess.run(["docker", "ps", "-aq"], capture_output=True, text=True).stdout.split()
+        assert set(machine_containers) - set(still) == set()
+        again = run_cli("testbed", "down", "--name", name)
+        assert again.returncode == 0 and "nothing to remove" in again.stdout, again.stdout
+    finally:
+        tb.down()
+        subprocess.run(["podman", "rm", "-f", "--time", "0", "dlswt-pod"], capture_output=True)
+        subprocess.run(["podman", "rmi", "dlswtiny:1"], capture_output=True)
+
+
+def test_testbed_down_without_its_state_file_finds_everything_by_name(tmp_path: Path) -> None:
+    """The state folder is lost (removed by hand, or a crash before it was written): objects are found by name."""
+    _need_root_tools("dockerd")
+    from dlinfra.testbed.local import LocalTestbed
+
+    name = "dlswo"
+    tb = LocalTestbed(name)
+    tb.down()
+    st = tb.up(1)
+    try:
+        paths = _busy_host_dockerd(st.hosts[0].netns, _tiny_rootfs(tmp_path / "rootfs.tar"))
+        shutil.rmtree(st.state_dir)
+        assert tb.state() is None
+        listed = tb.down(dry_run=True)
+        assert listed.get("namespaces") == [st.hosts[0].netns] and Path("/run/netns", st.hosts[0].netns).exists()
+        swept = run_cli("sweep", "--testbed", name, timeout=300)  # this testbed only (others may be in use)
+        assert swept.returncode == 0, swept.stdout + swept.stderr
+        _assert_testbed_gone(name, st.bridge, [st.hosts[0].netns], [st.hosts[0].veth_host], [paths])
+    finally:
+        tb.down()

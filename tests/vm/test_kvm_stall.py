@@ -1,0 +1,157 @@
+"""KVM is probed, not assumed: a guest kernel that never reaches userspace is caught within 60 s.
+
+The guest is made to hang on purpose: the cached guest kernel booted without
+its initrd and with a root device that does not exist, so it waits forever for
+its root file system and never runs init, under KVM and under TCG alike. On a
+machine where KVM works, the boot watch sees no userspace after KVM_STALL_S
+and either fails (``emulation: never``) or restarts the guest under QEMU TCG
+(``allow``); on a machine without KVM, ``never`` is refused at once and
+``allow`` goes straight to TCG. Either way, each verdict comes within 60 s,
+on any machine, and names host, guest and reason.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from support import need, need_binary, need_module
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
+
+HANG_CMDLINE = "console=ttyS0,115200 root=/dev/dlinfra-nowhere rootwait"
+BOUND_S = 60.0
+
+
+class _Timed(io.StringIO):
+    """A console file that remembers when each line was written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[tuple[float, str]] = []
+
+    def write(self, text: str) -> int:
+        self.lines.extend((time.monotonic(), line) for line in text.splitlines() if line.strip())
+        return super().write(text)
+
+
+@pytest.fixture(scope="module")
+def hanging_image():
+    need(os.geteuid() == 0, "root (libvirtd and the image build need it)")
+    for tool in ("libvirtd", "qemu-system-x86_64", "qemu-img", "mkfs.ext4", "debootstrap"):
+        need_binary(tool)
+    need_module("libvirt")
+    from dlinfra.providers.libvirt.image import build_guest_image
+
+    image = build_guest_image()  # cached; only its kernel is booted
+    return replace(image, initrd=None, cmdline=HANG_CMDLINE)
+
+
+def _provider(image, tmp_path: Path):
+    from dlinfra.providers.libvirt.provider import LibvirtProvider
+
+    return LibvirtProvider(image=image, state_dir=tmp_path / "state", boot_timeout=30)
+
+
+def _verdict(provider, image) -> Path:
+    """Where this host's verdict on the hanging kernel is remembered."""
+    from dlinfra.providers.libvirt.boot import _verdict_path
+
+    return _verdict_path(provider._verdict_key(), image.kernel, image.cmdline)
+
+
+def test_never_fails_within_the_bound_naming_host_guest_and_reason(hanging_image, tmp_path: Path) -> None:
+    from dlinfra.errors import DlinfraError
+    from dlinfra.providers.libvirt.spec import GuestSpec
+
+    provider = _provider(hanging_image, tmp_path)
+    started = time.monotonic()
+    try:
+        with pytest.raises(DlinfraError) as caught:
+            provider.up_guests([GuestSpec("hang1", vcpus=1, memory_mib=512, emulation="never")])
+    finally:
+        provider.down()
+        provider.close()
+    took = time.monotonic() - started
+    message = str(caught.value)
+    assert took < BOUND_S, f"{took:.0f} s: {message}"
+    assert "KVM" in message and provider.host in message and "hang1" in message
+    assert "emulation: allow" in message  # what to do
+    if "made no boot progress" in message:  # QEMU ran the guest under KVM, and the console watch caught it
+        assert "console" in message
+    else:  # no KVM here at all, or QEMU refused to start the guest under it
+        assert "not available" in message or "does not start under KVM" in message
+
+
+def test_allow_falls_back_to_tcg_within_the_bound_and_remembers(hanging_image, tmp_path: Path) -> None:
+    from dlinfra.errors import DlinfraError
+    from dlinfra.orchestration import progress
+    from dlinfra.providers.libvirt.spec import GuestSpec
+
+    log = _Timed()
+    progress.use_console(Console(file=log, width=300))
+    provider = _provider(hanging_image, tmp_path)
+    verdict = _verdict(provider, hanging_image)
+    verdict.unlink(missing_ok=True)  # left by an aborted earlier run
+    started = time.monotonic()
+    try:
+        with pytest.raises(DlinfraError) as caught:  # TCG cannot boot it either: it waits boot_timeout, then fails
+            provider.up_guests([GuestSpec("hang2", vcpus=1, memory_mib=512, emulation="allow")])
+        kvm_works = provider._kvm_available()
+    finally:
+        provider.down()
+        provider.close()
+        progress.use_console(Console(stderr=True))
+    message = str(caught.value)
+    assert "did not answer SSH" in message, message
+    fallback = [(t, line) for t, line in log.lines if "under QEMU TCG" in line]
+    if kvm_works and "QEMU refused KVM" in log.getvalue():  # as on nested machines: QEMU exits at once
+        assert fallback[0][0] - started < BOUND_S, log.getvalue()
+    elif kvm_works:  # QEMU ran the guest under KVM; the console watch saw no progress
+        assert fallback, log.getvalue()
+        assert fallback[0][0] - started < BOUND_S, log.getvalue()
+        assert "no boot progress under KVM" in fallback[0][1]
+        # The verdict is remembered: the next guest with this kernel goes straight to TCG, no 40 s wait.
+        again = _Timed()
+        progress.use_console(Console(file=again, width=300))
+        provider = _provider(hanging_image, tmp_path)
+        try:
+            with pytest.raises(DlinfraError):
+                provider.up_guests([GuestSpec("hang3", vcpus=1, memory_mib=512, emulation="allow")])
+        finally:
+            provider.down()
+            provider.close()
+            progress.use_console(Console(stderr=True))
+        verdict.unlink()
+        assert "boots under QEMU TCG" in again.getvalue() and "found" in again.getvalue()
+        assert "restarting it under QEMU TCG" not in again.getvalue()
+    else:
+        assert not fallback  # no KVM at all: the guest ran under TCG from the start
+
+
+def test_the_console_watch_sees_a_hanging_kernel_never_reach_userspace(hanging_image, tmp_path: Path) -> None:
+    """The stall verdict on a real console: the hanging kernel prints its boot, then waits, never in userspace.
+
+    Under TCG here so that it runs on every machine; ``kvm_stalled`` applies the same reading under KVM.
+    """
+    from dlinfra.providers.libvirt.boot import KVM_STALL_S, kvm_stalled
+    from dlinfra.providers.libvirt.spec import GuestSpec
+
+    provider = _provider(hanging_image, tmp_path)
+    provider.boot_timeout = KVM_STALL_S + 5
+    started = time.monotonic()
+    try:
+        with pytest.raises(Exception, match="did not answer SSH"):
+            provider.up_guests([GuestSpec("hang4", vcpus=1, memory_mib=512, emulation="require")])
+        watch = provider.consoles["hang4"]
+    finally:
+        provider.down()
+        provider.close()
+    assert "Linux version" in watch.last_line or watch.offset > 1000, watch.shows  # the kernel is not quiet
+    assert not watch.in_userspace, watch.shows
+    assert kvm_stalled(watch, started)
