@@ -17,6 +17,7 @@ from pathlib import Path
 
 from dlinfra.cache import cache_dir
 from dlinfra.errors import DlinfraError
+from dlinfra.orchestration.progress import note
 
 APT_SOURCES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
 
@@ -72,6 +73,7 @@ def build_rootfs(spec: RootfsSpec = RootfsSpec()) -> Path:
             str(root),
             debian_mirror(),
         ]
+        note(f"debootstrap {spec.suite} ({spec.variant}, {len(spec.include)} extra packages): a few minutes, once")
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
             tail = (result.stdout + result.stderr).strip().splitlines()[-3:]

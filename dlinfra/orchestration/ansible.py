@@ -33,6 +33,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from dlinfra import secrets
 from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.orchestration.progress import note
 from dlinfra.providers.base import Target
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -326,6 +327,7 @@ def run_playbook(
             task = data.get("task", "")
             if host and kind == "runner_on_start":
                 display.update(host, task)
+                note(f"{book.stem}: {host}: {task}")
             elif host and kind in ("runner_on_ok", "runner_on_skipped"):
                 display.update(host, task, advance=1)
                 facts = (data.get("res") or {}).get("ansible_facts") or {}

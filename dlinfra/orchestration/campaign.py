@@ -301,6 +301,7 @@ def run_campaign(
         spec.layers = [layer for layer in spec.layers if layer in only_layers]
     inventory_path = spec.inventory_path(inventory)
     cid = _resolve_campaign_id(store, spec, campaign_id, resume)
+    store.add_campaign(cid, spec.name, spec.raw)  # now: a controller killed during bring-up leaves one to resume
     say(f"campaign [bold]{cid}[/bold]: layers {', '.join(spec.layers)}; inventory {inventory_path}")
     artifacts = Path(artifacts) if artifacts else Path("artifacts") / cid
     hosts = load_inventory(inventory_path)
@@ -384,7 +385,6 @@ def _measure(
     for failure in failed_deploys:
         unusable.update({t.name: str(failure) for t in to_deploy[failure.layer]})
     result.layer_failures += failed_deploys
-    store.add_campaign(cid, spec.name, spec.raw)
 
     by_name = {t.name: t for ts in up.targets.values() for t in ts}
     launcher = Launcher(cid, peer_timeout=spec.peer_timeout)

@@ -162,9 +162,11 @@ def test_registry_tells_live_runs_from_killed_ones(tmp_path: Path, monkeypatch: 
 
 
 # ---------------------------------------------------------------- ctr, SIGKILL
-def test_sigkill_during_a_ctr_cell_then_sweep_leaves_nothing(testbed_one, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["sweep", "resume"])
+def test_sigkill_during_a_ctr_cell_then_sweep_leaves_nothing(testbed_one, tmp_path: Path, how: str) -> None:
     """The controller dies mid-cell: its container, network, dockerd, mounts and runs folder survive it; the
-    sweep removes each of them, the state file too, and a second sweep finds nothing."""
+    sweep (or the ``--resume`` that follows the crash, before it makes anything) removes each of them, the
+    state file too, and a second sweep finds nothing."""
     from dlinfra.orchestration.runs_registry import is_live, runs_dir
     from dlinfra.providers.containers.daemons import dockerd_paths
     from dlinfra.providers.containers.run import RUN_LABEL
@@ -216,11 +218,18 @@ def test_sigkill_during_a_ctr_cell_then_sweep_leaves_nothing(testbed_one, tmp_pa
     recorded = json.loads(state_file.read_text())
     assert {"ctr", "engine", "dockerd", "folder"} <= {o["kind"] for o in recorded["objects"]}
 
-    swept = run_cli("sweep", "--run", run_id, timeout=300)
-    assert swept.returncode == 0, swept.stdout + swept.stderr
-    # (no "mounts" row needed: removing the container and stopping its dockerd unmount them; checked below)
-    for kind in ("containers", "networks", "images", "daemons", "run folders", "state files"):
-        assert kind in swept.stdout, (kind, swept.stdout)
+    if how == "sweep":
+        swept = run_cli("sweep", "--run", run_id, timeout=300)
+        assert swept.returncode == 0, swept.stdout + swept.stderr
+        # (no "mounts" row needed: removing the container and stopping its dockerd unmount them; checked below)
+        for kind in ("containers", "networks", "images", "daemons", "run folders", "state files"):
+            assert kind in swept.stdout, (kind, swept.stdout)
+    else:  # the same campaign resumed, short this time, under a run id of its own
+        spec.write_text(spec.read_text().replace(run_id, run_id + "b").replace("steps: 1000000", "steps: 10"))
+        resumed = run_cli(*argv[3:], "--resume", "--artifacts", str(tmp_path / "art2"), timeout=900)
+        out = resumed.stdout + resumed.stderr
+        assert resumed.returncode == 0, out
+        assert f"removed leftovers of crashed run(s) {run_id}" in out
 
     # Each kind, checked where it lived.
     assert not Path(paths.socket).exists() or docker("ps", "-aq", "--filter", label).strip() == ""

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from dlinfra.errors import TargetError
+from dlinfra.orchestration.progress import note
 
 EngineKind = Literal["docker", "podman"]
 ENGINES: tuple[str, ...] = ("docker", "podman")
@@ -88,6 +89,7 @@ class Engine:
     ) -> subprocess.CompletedProcess[str]:
         """Run one engine command; on failure raise a TargetError naming the host and the command."""
         argv = self.argv(*args)
+        note(f"{self.label}: {what or ' '.join(args[:2])}")  # what a long phase's heartbeat shows
         try:
             result = subprocess.run(
                 argv,
