@@ -34,7 +34,10 @@ if [[ ${run_status} -ne 0 && ${run_status} -ne 1 ]]; then  # 1: some cells faile
   finish "${run_status}" "FAILED: the campaign stopped (exit ${run_status}); Ansible artifacts are in ${artifacts}; fix what the error above names, then 'make demo' again (stored cells are kept)"
 fi
 dlinfra report --campaign latest || finish 1 "FAILED: no report: the campaign stored no successful run; see the failures above"
-dlinfra report --campaign latest --format html --out "${REPORT}" >/dev/null || finish 1 "FAILED: the HTML report could not be written to ${REPORT}"
+if ! html=$(dlinfra report --campaign latest --format html --out "${REPORT}" 2>&1); then  # its warnings: shown above
+  echo "${html}"
+  finish 1 "FAILED: the HTML report could not be written to ${REPORT}"
+fi
 if [[ ${run_status} -eq 1 ]]; then
   finish 1 "some cells FAILED (listed above, and in the report: $(realpath "${REPORT}")); artifacts in ${artifacts}; retry only those with: DLINFRA_DEMO_RESUME=1 make demo"
 fi

@@ -11,6 +11,7 @@ through ``up``. Both are idempotent. Needs root (netns, bridge, iptables).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import json
@@ -506,6 +507,9 @@ class LocalTestbed:
                 # rm is much faster than shutil.rmtree on the payload venvs (tens of thousands of files each).
                 _run(["rm", "-rf", "--one-file-system", "--", str(self.dir)], check=False)
                 shutil.rmtree(self.dir, ignore_errors=True)
+                for parent in (self.dir.parent, self.dir.parent.parent):  # testbed/ and dlinfra/, when emptied
+                    with contextlib.suppress(OSError):
+                        parent.rmdir()
         if not dry_run:
             note("files", *_remove_empty_daemon_folders())
         return removed

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,8 +72,12 @@ class ConsoleWatch:
         return f"console ends: {last}" if last else "the console shows nothing"
 
 
+#: Terminal control sequences (systemd colours its status lines): dropped, not shown as '?'.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
 def _printable(text: str) -> str:
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
+    return "".join(ch if ch.isprintable() else "?" for ch in _ANSI.sub("", text))
 
 
 def kvm_stalled(watch: ConsoleWatch, started: float, now: float | None = None) -> bool:
