@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from dlinfra.cache import cache_dir
 from dlinfra.errors import DlinfraError
 from dlinfra.images.rootfs import RootfsSpec, build_rootfs
+from dlinfra.orchestration.progress import note
 
 if TYPE_CHECKING:
     from dlinfra.orchestration.wheelhouse import Wheelhouse
@@ -151,6 +152,7 @@ class GuestImage:
 
 
 def _run(cmd: list[str], what: str, timeout: float = 1800) -> None:
+    note(f"guest image: {what}")
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-2:]
