@@ -152,8 +152,7 @@ def _placeholders(layer: str, hosts: list[InventoryHost], options: dict[str, Any
     if isinstance(patterns, list) and all(isinstance(p, str) for p in patterns):
         picked = [h for p in patterns for h in match_pattern(p, hosts, lambda h: {h.name, *h.groups})]
         hosts = [h for h in hosts if h in picked]
-    guests = options.get("guests") if layer == "vm" else None
-    per_host = len(guests) if isinstance(guests, list) and guests else 1
+    per_host = _targets_per_host(layer, options)
     return [
         Target(layer, f"{layer}@{h.name}#{i}", h.name, h.address, facts={"groups": list(h.groups)})
         for h in hosts
@@ -189,6 +188,17 @@ def _layers_done(
     }
     needed = {STACKED_ON[above] for above in spec.layers if above in STACKED_ON and above not in finished}
     return {layer: stand_ins[layer] for layer in finished - needed}
+
+
+def _targets_per_host(layer: str, options: dict[str, Any]) -> int:
+    """How many targets a layer makes on each of its hosts (guests; containers unless packed), as its provider does."""
+    if layer == "vm":
+        guests = options.get("guests")
+        return len(guests) if isinstance(guests, list) and guests else 1
+    count = options.get("processes_per_host", 1)
+    if options.get("placement") in ("single", "pack") or not isinstance(count, int) or count < 1:
+        return 1
+    return count
 
 
 def bring_up(

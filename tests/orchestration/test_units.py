@@ -165,3 +165,31 @@ def test_a_container_target_runs_commands_in_its_container_and_maps_its_runs_fol
     assert t.peer_address == "172.18.0.2"
     bm = _targets(1)[0]
     assert bm.command(["true"]) == ["true"] and bm.peer_address == bm.address
+
+
+def test_a_failed_layers_stand_ins_give_its_cells_the_hashes_they_have_when_it_comes_up(tmp_path: Path) -> None:
+    """--resume must find a failed layer's cells again: stand-ins expand to the same configs as real targets."""
+    from dlinfra.inventory import InventoryHost
+    from dlinfra.orchestration.campaign import _placeholders
+
+    spec = load_spec(
+        _spec(
+            tmp_path,
+            "layers: [ctr, vm]\n"
+            "layer_options:\n  ctr: {hosts: ['all[0:1]'], processes_per_host: 2}\n"
+            "  vm: {guests: [{name: a}, {name: b}]}\n"
+            "workloads:\n  - mnist-dnn\n"
+            "  - {name: mnist-dnn, matrix: {mode: [ps-async], ps: [1], workers: [2]}}\n",
+        )
+    )
+    hosts = [InventoryHost(name=f"h{i}", address=f"10.0.0.{i}", groups=["g"], vars={}) for i in range(1, 4)]
+    real = {  # what the providers make: two containers on each of h1, h2; guests a and b on h1
+        "ctr": [Target("ctr", f"c{i}{j}", f"h{i}", f"10.0.0.{i}", cpu_set=[0, 1]) for i in (1, 2) for j in (1, 2)],
+        "vm": [Target("vm", name, "h1", "10.1.0.1", cpu_set=[0]) for name in ("a", "b")],
+    }
+    stand_ins = {
+        "ctr": _placeholders("ctr", hosts, spec.layer_options["ctr"], None),
+        "vm": _placeholders("vm", hosts[:1], spec.layer_options["vm"], None),
+    }
+    expected = [c.hash for c in expand(spec, real)]
+    assert [c.hash for c in expand(spec, stand_ins, unplaced={"ctr", "vm"})] == expected
