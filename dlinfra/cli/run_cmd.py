@@ -56,18 +56,16 @@ def run(
     from dlinfra.orchestration.spec import preflight
 
     # Bad input fails here, before the store is opened (created) or anything is built or provisioned.
-    preflight(spec, layers=list(layers), inventory=inventory, campaign_id=campaign_id)
+    checked = preflight(spec, layers=list(layers), inventory=inventory, campaign_id=campaign_id)
     from dlinfra.orchestration.campaign import run_campaign
 
     with store_from(ctx) as store:
         result = run_campaign(
-            spec,
+            checked,
             store,
             campaign_id=campaign_id,
             resume=resume,
             artifacts=artifacts,
-            inventory=inventory,
-            only_layers=list(layers) or None,
             skip_deploy=skip_deploy,
             console=err_console,
             quiet=quiet,

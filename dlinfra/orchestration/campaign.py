@@ -25,12 +25,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from dlinfra.errors import DlinfraError, SpecError
-from dlinfra.inventory import InventoryHost, check_resolvable, load_inventory, match_pattern
+from dlinfra.inventory import InventoryHost, match_pattern
 from dlinfra.orchestration.cells import Cell, expand, plan
 from dlinfra.orchestration.deploy import deploy, verify_identities
 from dlinfra.orchestration.launch import CellRun, Launcher
 from dlinfra.orchestration.progress import current_console, phase, say, use_console
-from dlinfra.orchestration.spec import CampaignSpec, load_spec
+from dlinfra.orchestration.spec import CampaignSpec, RunInput
 from dlinfra.orchestration.sweep import sweep_dead_runs
 from dlinfra.orchestration.wheelhouse import Wheelhouse, build_wheelhouse
 from dlinfra.providers import provider_for
@@ -136,15 +136,22 @@ class BroughtUp:
     def down(self) -> None:
         """Take every layer down, stacked layers first; one failing teardown does not stop the others."""
         for provider in reversed(self.providers):
-            with phase(f"{provider.layer}: tear down"):
-                try:
-                    provider.down()
-                except Exception as exc:  # noqa: BLE001 - report and go on: the next layer must still go
-                    say(f"[red]teardown of {provider.layer} failed:[/red] {exc} (dlinfra sweep removes the rest)")
+            _tear_down(provider, f"{provider.layer}: tear down")
         self.providers = []
 
 
-def _placeholders(layer: str, hosts: list[InventoryHost], options: dict[str, Any], below: list[Target] | None):
+def _tear_down(provider: Provider, name: str) -> None:
+    """``provider.down()`` as a phase; a failure is reported (the phase line says why), never raised."""
+    try:
+        with phase(name):
+            provider.down()
+    except Exception:  # noqa: BLE001 - cleanup must not hide what came before it, nor stop the next one
+        say("  what is left of it: dlinfra sweep removes it")
+
+
+def _placeholders(
+    layer: str, hosts: list[InventoryHost], options: dict[str, Any], below: list[Target] | None
+) -> list[Target]:
     """One stand-in target per host a failed layer would have used (its option ``hosts`` patterns honoured)."""
     if below is not None:  # a stacked layer runs on the layer below's targets
         return [Target(layer, f"{layer}@{t.name}", t.physical_host, t.address, facts=dict(t.facts)) for t in below]
@@ -216,7 +223,6 @@ def bring_up(
     Layers in ``skip`` (nothing left to run) keep the stand-ins given there. A bad spec
     (SpecError) or Ctrl-C takes down what is up and stops the campaign.
     """
-    check_resolvable(hosts, str(inventory))  # a typo'd address is bad input, not a layer failure
     up = BroughtUp()
     order = sorted(spec.layers, key=lambda layer: layer in STACKED_ON)
     try:
@@ -255,8 +261,7 @@ def bring_up(
                 up.failures[layer] = LayerFailure(layer, "bring-up", _one_line(exc))
                 up.placeholders[layer] = _placeholders(layer, carrying, options, None)
                 up.providers.remove(provider)
-                with phase(f"{layer}: clean up after the failed bring-up"):
-                    _quietly(provider.down)
+                _tear_down(provider, f"{layer}: clean up after the failed bring-up")
                 continue
             for t in targets:
                 host = next((h for h in carrying if h.name == t.physical_host), None)
@@ -273,27 +278,19 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _quietly(action: Any) -> None:
-    try:
-        action()
-    except Exception as exc:  # noqa: BLE001 - cleanup after a failure must not hide that failure
-        say(f"[red]cleanup failed:[/red] {_one_line(exc)} (dlinfra sweep removes the rest)")
-
-
 def run_campaign(
-    spec_path: str | Path,
+    checked: RunInput,
     store: ResultsStore,
     *,
     campaign_id: str | None = None,
     resume: bool = False,
     artifacts: Path | None = None,
-    inventory: str | None = None,
-    only_layers: list[str] | None = None,
     skip_deploy: bool = False,
     console: Console | None = None,
     quiet: bool = False,
 ) -> CampaignResult:
-    """Run (or resume) a campaign; every cell x repeat is stored as soon as it ends.
+    """Run (or resume) a campaign whose input :func:`~dlinfra.orchestration.spec.preflight` checked;
+    every cell x repeat is stored as soon as it ends.
 
     A layer that cannot come up (or be deployed to) fails its own cells, stored
     with the reason; every other layer runs. ``--resume`` retries exactly the
@@ -301,20 +298,11 @@ def run_campaign(
     """
     console = console or Console(stderr=True)
     use_console(None if quiet else console)
-    spec = load_spec(spec_path)
-    if only_layers:
-        stray = [layer for layer in only_layers if layer not in spec.layers]
-        if stray:
-            raise SpecError(
-                f"--layer {', '.join(stray)}: {spec.path} has no such layer", f"its layers: {', '.join(spec.layers)}"
-            )
-        spec.layers = [layer for layer in spec.layers if layer in only_layers]
-    inventory_path = spec.inventory_path(inventory)
+    spec, inventory_path, hosts = checked.spec, checked.inventory_path, checked.hosts
     cid = _resolve_campaign_id(store, spec, campaign_id, resume)
     store.add_campaign(cid, spec.name, spec.raw)  # now: a controller killed during bring-up leaves one to resume
     say(f"campaign [bold]{cid}[/bold]: layers {', '.join(spec.layers)}; inventory {inventory_path}")
     artifacts = Path(artifacts) if artifacts else Path("artifacts") / cid
-    hosts = load_inventory(inventory_path)
     skip = _layers_done(spec, hosts, inventory_path, store.done_cells(cid)) if resume else {}
     sweep_dead_runs(current_console())  # what crashed runs left (a --resume's own crash too) goes first
     with phase("wheelhouse"):

@@ -26,12 +26,15 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlinfra import safe_yaml
 from dlinfra.errors import SpecError
 from dlinfra.record import LAYERS
 from dlinfra.safe_yaml import dotted, excerpt, plain
+
+if TYPE_CHECKING:
+    from dlinfra.inventory import InventoryHost
 
 TOP_FIELDS = {
     "name": "campaign name (letters, digits, '-', '_', '.')",
@@ -437,18 +440,27 @@ def select_layers(spec: CampaignSpec, only: list[str] | None) -> None:
 CAMPAIGN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
 
 
+@dataclass
+class RunInput:
+    """A campaign's input, checked: the spec (``--layer`` applied), its inventory and that inventory's hosts."""
+
+    spec: CampaignSpec
+    inventory_path: Path
+    hosts: list[InventoryHost]
+
+
 def preflight(
     path: str | Path,
     *,
     layers: list[str] | None = None,
     inventory: str | None = None,
     campaign_id: str | None = None,
-) -> CampaignSpec:
+) -> RunInput:
     """Everything ``dlinfra run`` can check before it touches anything: the spec, --layer, --campaign-id and
     the inventory (read through Ansible, as the run will).
 
     Why first: a run opens (creates) the results store, builds the wheelhouse and provisions; input that
-    is wrong must fail before any of that leaves a trace on disk.
+    is wrong must fail before any of that leaves a trace on disk. The run then uses what this read.
     """
     spec = load_spec(path)
     select_layers(spec, layers)
@@ -458,7 +470,9 @@ def preflight(
         )
     if inventory is not None and (len(inventory) > MAX_TEXT or not inventory.isprintable()):
         raise SpecError(f"--inventory {excerpt(inventory)} is not a path or testbed:NAME")
-    from dlinfra.inventory import load_inventory
+    from dlinfra.inventory import check_resolvable, load_inventory
 
-    load_inventory(spec.inventory_path(inventory))
-    return spec
+    inventory_path = spec.inventory_path(inventory)
+    hosts = load_inventory(inventory_path)
+    check_resolvable(hosts, str(inventory_path))  # a typo'd address is bad input, not a layer failure
+    return RunInput(spec, inventory_path, hosts)

@@ -58,6 +58,7 @@ def test_unresolvable_host_is_named(tmp_path: Path) -> None:
     inv.write_text("all:\n  hosts:\n    ghost:\n      ansible_host: ghost.invalid\n")
     code, err = _run(tmp_path, GOOD.format(inventory=inv))
     assert code == 2 and "host ghost" in err and "does not resolve" in err and "bad.yml" in err
+    assert not (tmp_path / "r.db").exists()  # refused before the store is created
 
 
 def test_unknown_dlinfra_host_variable(tmp_path: Path) -> None:

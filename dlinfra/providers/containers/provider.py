@@ -146,7 +146,7 @@ class ContainerProvider:
         self.targets: list[Target] = []
         self._claim: RunClaim | None = None
 
-    def _note(self, kind: str, *, key: str, **where: Any) -> None:
+    def _record(self, kind: str, *, key: str, **where: Any) -> None:
         """Record in the run's state file where an object goes, before it is made (see runs_registry)."""
         if self._claim is not None:
             self._claim.add(kind, key=key, **where)
@@ -196,7 +196,7 @@ class ContainerProvider:
                 paths = daemons.dockerd_paths(netns)
                 already = daemons._answers(paths.socket)
                 if not already:  # started by this run: a sweep stops it if the controller dies
-                    self._note("dockerd", key=paths.socket, host=host.name, **asdict(paths))
+                    self._record("dockerd", key=paths.socket, host=host.name, **asdict(paths))
                 engine = daemons.ensure_dockerd(netns, host=host.name)
                 return HostEngine(host.name, engine, started_dockerd=not already)
             engine = Engine("podman", host=host.name, netns=netns)
@@ -211,7 +211,7 @@ class ContainerProvider:
         home = str(host.home)
         if not he.engine.via:
             root = Path(os.path.expanduser(home)) / "ctr" / run_id
-            self._note("folder", key=str(root), host=he.host, path=str(root), via=[])
+            self._record("folder", key=str(root), host=he.host, path=str(root), via=[])
             root.mkdir(parents=True, exist_ok=True)
             he.results_owner = f"{root.stat().st_uid}:{root.stat().st_gid}"
             return str(root)
@@ -220,7 +220,7 @@ class ContainerProvider:
             base = out.stdout.strip()
             home = f"{base}/{home[2:] if home.startswith('~/') else home}"
         root = f"{home}/ctr/{run_id}"
-        self._note("folder", key=f"{he.host}:{root}", host=he.host, path=root, via=list(he.engine.via))
+        self._record("folder", key=f"{he.host}:{root}", host=he.host, path=root, via=list(he.engine.via))
         _remote(he.engine, ["mkdir", "-p", root], timeout=60)
         owner = subprocess.run([*he.engine.via, shlex.join(["stat", "-c", "%u:%g", root])], capture_output=True,
                                text=True, timeout=60)  # fmt: skip
@@ -250,7 +250,7 @@ class ContainerProvider:
         for host in hosts:  # fail fast, naming the host, before building anything
             kind = str(opts.get("engine") or host.vars.get("dlinfra_container_engine", "docker"))
             he = self._engine_for(host, kind)
-            self._note("engine", key=he.engine.label, **engine_where(he.engine))
+            self._record("engine", key=he.engine.label, **engine_where(he.engine))
             remove_run(he.engine, run_id)  # what a killed earlier run with this (explicit) run_id left
             self.hosts.append(he)
         if opts.get("wheelhouse"):  # a prebuilt folder with requirements.lock (air-gapped sites, tests)
@@ -272,7 +272,7 @@ class ContainerProvider:
                 if he.engine.kind != kind or he.engine.exists("image", built.tag):
                     continue
                 tarball = tarball or save_image(local, built.tag)
-                self._note("image", key=f"{he.engine.label} {built.tag}", ref=built.tag, **engine_where(he.engine))
+                self._record("image", key=f"{he.engine.label} {built.tag}", ref=built.tag, **engine_where(he.engine))
                 if load_image(he.engine, tarball, built.tag):
                     he.loaded_images.append(built.tag)
         network: NetworkMode = opts["network_mode"]

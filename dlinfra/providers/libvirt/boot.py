@@ -20,7 +20,8 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlinfra.cache import cache_root
@@ -40,12 +41,12 @@ USERSPACE_MARKERS = (
 
 @dataclass
 class ConsoleWatch:
-    """Reads a guest's serial log as it grows: the last line, and whether userspace was reached."""
+    """Reads a guest's serial log as it grows: its last lines, and whether userspace was reached."""
 
     path: Path
     offset: int = 0
-    last_line: str = ""
     in_userspace: bool = False
+    lines: deque[str] = field(default_factory=lambda: deque(maxlen=3))
     _partial: str = ""
 
     def poll(self) -> None:
@@ -63,13 +64,18 @@ class ConsoleWatch:
             if not self.in_userspace and any(marker in line for marker in USERSPACE_MARKERS):
                 self.in_userspace = True
             if line.strip():
-                self.last_line = _printable(line.strip())[-160:]
+                self.lines.append(_printable(line.strip())[-160:])
+
+    @property
+    def last_line(self) -> str:
+        return self.lines[-1] if self.lines else ""
 
     @property
     def shows(self) -> str:
-        """What the console shows last, for messages ("nothing" when the guest printed nothing)."""
-        last = self.last_line or _printable(self._partial.strip())[-160:]
-        return f"console ends: {last}" if last else "the console shows nothing"
+        """What the console showed last when polled, for messages ("nothing" when the guest printed nothing)."""
+        shown = [*self.lines, _printable(self._partial.strip())[-160:]]
+        shown = [line for line in shown if line]
+        return f"console ends: {' | '.join(shown)}" if shown else "the console shows nothing"
 
 
 #: Terminal control sequences (systemd colours its status lines): dropped, not shown as '?'.
@@ -81,8 +87,7 @@ def _printable(text: str) -> str:
 
 
 def kvm_stalled(watch: ConsoleWatch, started: float, now: float | None = None) -> bool:
-    """True when a KVM guest has had :data:`KVM_STALL_S` seconds and has not reached userspace."""
-    watch.poll()
+    """True when a KVM guest has had :data:`KVM_STALL_S` seconds and, as last polled, has not reached userspace."""
     return not watch.in_userspace and (now if now is not None else time.monotonic()) - started >= KVM_STALL_S
 
 

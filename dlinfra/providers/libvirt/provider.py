@@ -508,6 +508,13 @@ class LibvirtProvider:
         if watch is not None:
             self.consoles[target.name] = watch  # kept after teardown: what the guest showed, for errors and tests
         check_stall = watch is not None and plan.virt_type == "kvm" and plan.kernel is not None
+
+        def console() -> str:
+            if watch is None:
+                return "see the guest's serial console with virsh console"
+            watch.poll()
+            return watch.shows
+
         last = ""
         while time.monotonic() < deadline:
             if watch is not None:
@@ -518,7 +525,7 @@ class LibvirtProvider:
                     raise _KvmStall(watch.shows)
             dom = self.conn.lookupByName(plan.domain_name)
             if not dom.isActive():
-                raise TargetError(f"{self.host}: guest {target.name} stopped while booting", self._serial_tail(plan))
+                raise TargetError(f"{self.host}: guest {target.name} stopped while booting", console())
             try:
                 with socket.create_connection((target.address, target.port), timeout=3):
                     pass
@@ -539,17 +546,8 @@ class LibvirtProvider:
         raise TargetError(
             f"{self.host}: guest {target.name} did not answer SSH at {target.address} within "
             f"{self.boot_timeout:.0f} s ({last or 'port closed'})",
-            self._serial_tail(plan),
+            console(),
         )
-
-    def _serial_tail(self, plan: DomainPlan) -> str:
-        if not plan.serial_log:
-            return "see the guest's serial console with virsh console"
-        try:
-            lines = Path(plan.serial_log).read_text(errors="replace").strip().splitlines()[-3:]
-        except OSError:
-            return f"no serial log at {plan.serial_log}"
-        return "serial console ends: " + " | ".join(line.strip() for line in lines)
 
     # -- tear down --------------------------------------------------------------------------------------------
 
