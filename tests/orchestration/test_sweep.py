@@ -107,10 +107,12 @@ from dlinfra.orchestration.runs_registry import claim
 held = claim(sys.argv[1], "ctr", host="h1")
 held.add("folder", key="f", path="/nonexistent/ctr/" + sys.argv[1])
 if sys.argv[2] == "fork":  # a child that outlives its parent must not keep the run alive
-    if os.fork() == 0:
+    if os.fork() == 0:  # the child says "claimed" once its fork handlers have run, so the test never races them
+        print("claimed", flush=True)
         time.sleep(60)
         os._exit(0)
-print("claimed", flush=True)
+else:
+    print("claimed", flush=True)
 time.sleep(60)
 """
 
