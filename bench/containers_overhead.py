@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dlinfra.orchestration.wheelhouse import build_wheelhouse
+from dlinfra.images.wheelhouse import build_wheelhouse
 from dlinfra.providers.containers.daemons import ensure_dockerd
 from dlinfra.providers.containers.engine import Engine
 from dlinfra.providers.containers.image import build_payload_image

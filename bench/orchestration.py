@@ -19,19 +19,19 @@ import sys
 import time
 from pathlib import Path
 
+from dlinfra.images.wheelhouse import build_wheelhouse
 from dlinfra.inventory import load_inventory
 from dlinfra.orchestration.cells import Cell, plan
 from dlinfra.orchestration.deploy import deploy
 from dlinfra.orchestration.launch import Launcher
-from dlinfra.orchestration.wheelhouse import build_wheelhouse
 from dlinfra.providers.base import LayerSpec
-from dlinfra.providers.bm import BareMetalProvider
+from dlinfra.providers.ssh.provider import SshProvider
 from dlinfra.record import config_hash
 from dlinfra.testbed.local import LocalTestbed
 
 
 def _targets(state):  # a TestbedState
-    return BareMetalProvider().up(LayerSpec("bm", load_inventory(state.inventory), state.inventory))
+    return SshProvider("bm").up(LayerSpec("bm", load_inventory(state.inventory), state.inventory))
 
 
 def bench_deploy(n: int, artifacts: Path) -> tuple[float, float, float]:

@@ -28,10 +28,11 @@ from typing import Any, TypeVar
 
 from dlinfra import safe_yaml
 from dlinfra.errors import SpecError, TargetError
-from dlinfra.record import LAYERS
+from dlinfra.layers import LAYERS
 from dlinfra.safe_yaml import excerpt, plain
 from dlinfra.secrets import is_secret_name, redact, register_host_vars
 from dlinfra.secrets import register as register_secret
+from dlinfra.transport.ssh import SshEndpoint
 
 T = TypeVar("T")
 
@@ -105,6 +106,17 @@ class InventoryHost:
     @property
     def home(self) -> str:
         return str(self.vars.get("dlinfra_home", "~/.dlinfra"))
+
+    @property
+    def key_file(self) -> str | None:
+        key = self.vars.get("ansible_ssh_private_key_file") or self.vars.get("ansible_private_key_file")
+        return str(key) if key else None
+
+    @property
+    def ssh(self) -> SshEndpoint:
+        """How SSH (and Ansible) reach this host: address, port, user, key, known_hosts."""
+        known = self.vars.get("dlinfra_known_hosts")
+        return SshEndpoint(self.name, self.address, self.port, self.user, self.key_file, str(known) if known else None)
 
 
 _SUBSCRIPT = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<a>-?\d+)(?::(?P<b>-?\d+))?\]$")

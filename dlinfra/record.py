@@ -11,17 +11,19 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Bump when a field is added, removed or changes meaning.
+#: Bump when a field is removed or changes meaning; a field added with a default keeps older records readable.
 RECORD_SCHEMA_VERSION = 1
 
 ROLES = ("single", "chief", "worker", "ps", "evaluator")
 STATUSES = ("ok", "failed")
-LAYERS = ("bm", "vm", "ctr", "ctr-vm")
+#: Layer and provider ids are open (a plug-in may add a provider): only their shape is checked here.
+_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
 
 class RecordError(ValueError):
@@ -65,6 +67,8 @@ class Provenance:
     #: How the layer set this target up (container engine, network, limits; guest virt type, pinning,
     #: passed PCI devices), so a row says what it measured without a look at the campaign's logs.
     target_details: dict[str, Any] = field(default_factory=dict)
+    #: How the layer was obtained (ssh, libvirt, docker, podman, a plug-in's name); empty in older records.
+    provider: str = ""
 
 
 @dataclass
@@ -195,8 +199,10 @@ class RunRecord:
             raise RecordError(f"record.provenance.role {p.role!r} is not one of {', '.join(ROLES)}")
         if p.status not in STATUSES:
             raise RecordError(f"record.provenance.status {p.status!r} is not one of {', '.join(STATUSES)}")
-        if p.layer not in LAYERS:
-            raise RecordError(f"record.provenance.layer {p.layer!r} is not one of {', '.join(LAYERS)}")
+        if not _NAME.match(p.layer):
+            raise RecordError(f"record.provenance.layer {p.layer[:40]!r} is not a layer id (a-z, 0-9, - and _)")
+        if p.provider and not _NAME.match(p.provider):
+            raise RecordError(f"record.provenance.provider {p.provider[:40]!r} is not a provider id")
         if p.status == "failed" and not p.failure_reason:
             raise RecordError("record.provenance.failure_reason is required when status is 'failed'")
         if p.repeat < 0 or p.task_index < 0:

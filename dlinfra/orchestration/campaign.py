@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from dlinfra.errors import DlinfraError, SpecError
+from dlinfra.images.wheelhouse import Wheelhouse, build_wheelhouse
 from dlinfra.inventory import InventoryHost, match_pattern
 from dlinfra.orchestration.cells import Cell, expand, plan
 from dlinfra.orchestration.deploy import deploy, verify_identities
@@ -32,9 +33,8 @@ from dlinfra.orchestration.launch import CellRun, Launcher
 from dlinfra.orchestration.progress import current_console, phase, say, use_console
 from dlinfra.orchestration.spec import CampaignSpec, RunInput
 from dlinfra.orchestration.sweep import sweep_dead_runs
-from dlinfra.orchestration.wheelhouse import Wheelhouse, build_wheelhouse
-from dlinfra.providers import provider_for
 from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.providers.registry import provider_for, provider_name, stacks_on
 from dlinfra.results.store import CellOutcome, ResultsStore
 
 
@@ -106,10 +106,6 @@ def _resolve_campaign_id(store: ResultsStore, spec: CampaignSpec, campaign_id: s
     return new_campaign_id(spec.name)
 
 
-#: Layers that run on another layer's targets: ctr-vm's hosts are vm's guests.
-STACKED_ON = {"ctr-vm": "vm"}
-
-
 @dataclass
 class LayerFailure:
     """Why a layer has no targets: its cells are stored as failed with this reason, the others run."""
@@ -153,15 +149,19 @@ def _placeholders(
     layer: str, hosts: list[InventoryHost], options: dict[str, Any], below: list[Target] | None
 ) -> list[Target]:
     """One stand-in target per host a failed layer would have used (its option ``hosts`` patterns honoured)."""
+    provider = provider_name(layer, options)
     if below is not None:  # a stacked layer runs on the layer below's targets
-        return [Target(layer, f"{layer}@{t.name}", t.physical_host, t.address, facts=dict(t.facts)) for t in below]
+        return [
+            Target(layer, f"{layer}@{t.name}", t.physical_host, t.address, provider=provider, groups=list(t.groups))
+            for t in below
+        ]
     patterns = options.get("hosts")
     if isinstance(patterns, list) and all(isinstance(p, str) for p in patterns):
         picked = [h for p in patterns for h in match_pattern(p, hosts, lambda h: {h.name, *h.groups})]
         hosts = [h for h in hosts if h in picked]
-    per_host = _targets_per_host(layer, options)
+    per_host = provider_for(layer, options).targets_per_host(options)
     return [
-        Target(layer, f"{layer}@{h.name}#{i}", h.name, h.address, facts={"groups": list(h.groups)})
+        Target(layer, f"{layer}@{h.name}#{i}", h.name, h.address, provider=provider, groups=list(h.groups))
         for h in hosts
         for i in range(per_host)
     ]
@@ -183,9 +183,10 @@ def _layers_done(
     """Layers whose every cell x repeat is stored as ok already, with the stand-ins their cells were
     expanded on: ``--resume`` need not bring them up."""
     stand_ins: dict[str, list[Target]] = {}
-    for layer in sorted(spec.layers, key=lambda layer: layer in STACKED_ON):
+    stacked = _stacked_on(spec)
+    for layer in _bring_up_order(spec):
         carrying = _carrying(spec, hosts, inventory, layer)
-        below = stand_ins.get(STACKED_ON.get(layer, ""))
+        below = stand_ins.get(stacked.get(layer) or "")
         stand_ins[layer] = _placeholders(layer, carrying, spec.layer_options.get(layer, {}), below)
     cells = expand(spec, stand_ins, unplaced=set(spec.layers))
     finished = {
@@ -193,19 +194,20 @@ def _layers_done(
         for layer in spec.layers
         if all((c.hash, r) in done for c in cells if c.layer == layer for r in range(spec.repeats))
     }
-    needed = {STACKED_ON[above] for above in spec.layers if above in STACKED_ON and above not in finished}
+    needed = {below for above, below in stacked.items() if above not in finished}
     return {layer: stand_ins[layer] for layer in finished - needed}
 
 
-def _targets_per_host(layer: str, options: dict[str, Any]) -> int:
-    """How many targets a layer makes on each of its hosts (guests; containers unless packed), as its provider does."""
-    if layer == "vm":
-        guests = options.get("guests")
-        return len(guests) if isinstance(guests, list) and guests else 1
-    count = options.get("processes_per_host", 1)
-    if options.get("placement") in ("single", "pack") or not isinstance(count, int) or count < 1:
-        return 1
-    return count
+def _stacked_on(spec: CampaignSpec) -> dict[str, str]:
+    """Layer -> the layer it runs on, as each layer's provider says (ctr-vm -> vm)."""
+    found = {layer: stacks_on(layer, spec.layer_options.get(layer)) for layer in spec.layers}
+    return {layer: below for layer, below in found.items() if below}
+
+
+def _bring_up_order(spec: CampaignSpec) -> list[str]:
+    """Spec order, a stacked layer after the layer it runs on."""
+    stacked = _stacked_on(spec)
+    return sorted(spec.layers, key=lambda layer: layer in stacked)
 
 
 def bring_up(
@@ -224,12 +226,12 @@ def bring_up(
     (SpecError) or Ctrl-C takes down what is up and stops the campaign.
     """
     up = BroughtUp()
-    order = sorted(spec.layers, key=lambda layer: layer in STACKED_ON)
+    stacked = _stacked_on(spec)
     try:
-        for layer in order:
+        for layer in _bring_up_order(spec):
             carrying = _carrying(spec, hosts, inventory, layer)
             options = spec.layer_options.get(layer, {})
-            base = STACKED_ON.get(layer)
+            base = stacked.get(layer)
             if skip and layer in skip:
                 up.placeholders[layer] = skip[layer]
                 say(f"  {layer}: every cell is stored already, not brought up")
@@ -239,7 +241,7 @@ def bring_up(
                 up.placeholders[layer] = _placeholders(layer, carrying, options, up.placeholders.get(base))
                 say(f"[red]✗ {layer}: skipped[/red], it runs on layer {base}, which did not come up")
                 continue
-            provider = provider_for(layer)()
+            provider = provider_for(layer, options)(layer)
             layer_spec = LayerSpec(
                 layer,
                 carrying,
@@ -249,11 +251,11 @@ def bring_up(
                 below=up.targets.get(base) if base else None,
                 below_options=spec.layer_options.get(base, {}) if base else {},
                 wheelhouse=wheelhouse,
-                stacked=[above for above, on in STACKED_ON.items() if on == layer and above in spec.layers],
+                stacked=[above for above, on in stacked.items() if on == layer],
             )
             up.providers.append(provider)
             try:
-                with phase(f"{layer}: bring up", f"on {', '.join(h.name for h in carrying)}"):
+                with phase(f"{layer}: bring up", f"{provider.name} on {', '.join(h.name for h in carrying)}"):
                     targets = provider.up(layer_spec)
             except (SpecError, KeyboardInterrupt):
                 raise
@@ -265,7 +267,7 @@ def bring_up(
                 continue
             for t in targets:
                 host = next((h for h in carrying if h.name == t.physical_host), None)
-                t.facts.setdefault("groups", host.groups if host else [])
+                t.groups = t.groups or (list(host.groups) if host else [])
             up.targets[layer] = targets
     except BaseException:
         up.down()
@@ -413,6 +415,7 @@ def _measure(
                     cell_hash=cell.hash,
                     repeat=repeat,
                     layer=cell.layer,
+                    provider=cell.provider,
                     workload=cell.workload,
                     config=cell.config,
                     status=run.status,

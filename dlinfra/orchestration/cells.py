@@ -20,6 +20,7 @@ from dlinfra.errors import SpecError
 from dlinfra.inventory import match_pattern
 from dlinfra.orchestration.spec import CampaignSpec, WorkloadSpec
 from dlinfra.providers.base import Target
+from dlinfra.providers.registry import provider_name
 from dlinfra.record import config_hash
 
 DISTRIBUTED_DEFAULTS = {"ps": 1, "workers": 2}
@@ -35,6 +36,10 @@ class Cell:
     @property
     def layer(self) -> str:
         return str(self.config["layer"])
+
+    @property
+    def provider(self) -> str:
+        return str(self.config.get("provider", ""))
 
     @property
     def workload(self) -> str:
@@ -68,7 +73,7 @@ class Process:
 
 
 def _match(pattern: str, targets: list[Target]) -> list[Target]:
-    return match_pattern(pattern, targets, lambda t: {t.name, t.physical_host, *t.facts.get("groups", [])})
+    return match_pattern(pattern, targets, lambda t: {t.name, t.physical_host, *t.groups})
 
 
 def _targets_for(workload: WorkloadSpec, targets: list[Target], spec: CampaignSpec, layer: str) -> list[Target]:
@@ -99,6 +104,7 @@ def expand(
     seen: set[str] = set()
     for layer in spec.layers:
         layer_targets = targets_by_layer.get(layer, [])
+        provider = provider_name(layer, spec.layer_options.get(layer))
         for workload in spec.workloads:
             if workload.layers is not None and layer not in workload.layers:
                 continue
@@ -108,6 +114,7 @@ def expand(
                 point = dict(zip(keys, values, strict=True))
                 base = {
                     "layer": layer,
+                    "provider": provider,
                     "workload": workload.name,
                     "warmup_steps": spec.warmup_steps,
                     "steps": spec.steps,

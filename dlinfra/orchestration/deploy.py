@@ -22,9 +22,8 @@ from typing import Any
 from rich.console import Console
 
 from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.images.wheelhouse import Wheelhouse, build_wheelhouse
 from dlinfra.orchestration.ansible import PlaybookResult, run_playbook
-from dlinfra.orchestration.ssh import connect, remote_command
-from dlinfra.orchestration.wheelhouse import Wheelhouse, build_wheelhouse
 from dlinfra.providers.base import Target
 
 
@@ -67,16 +66,13 @@ def controller_identity() -> dict[str, Any]:
 
 def target_identity(target: Target, timeout: float = 120) -> dict[str, Any]:
     """The identity the payload venv on ``target`` reports."""
-    conn = connect(target)
+    link = target.transport()
     try:
-        result = conn.run(
-            remote_command(target.command([target.python, "-m", "dlinfra.payload", "identity"])),
-            hide=True, warn=True, timeout=timeout, in_stream=False,
-        )  # fmt: skip
+        result = link.run([target.python, "-m", "dlinfra.payload", "identity"], timeout=timeout)
     finally:
-        conn.close()
-    if result.exited != 0:
-        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        link.close()
+    if not result.ok:
+        last = result.last_error_line()
         raise TargetError(f"host {target.name}: the payload does not start: {last}", "redeploy the payload")
     return _parse_identity(result.stdout, f"host {target.name}")
 
@@ -93,7 +89,7 @@ def verify_identities(targets: list[Target], expected: str) -> dict[str, dict[st
             "redeploy with 'dlinfra run' (it deploys first) or check those hosts by hand",
         )
     for t in targets:
-        t.facts["identity"] = found[t.name]
+        t.identity = found[t.name]
     return found
 
 

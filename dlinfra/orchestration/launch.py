@@ -1,8 +1,10 @@
-"""Launch one cell: start every process together over SSH (fabric), wait, kill leftovers, fetch records.
+"""Launch one cell: start every process together through the targets' transports, wait, kill leftovers,
+fetch records.
 
-Why fabric and not Ansible here: a cell must cost well under 2 s beyond the
-payload's own time, and a distributed cell's processes must start together.
-Connections are pooled across cells; each process runs in its own thread
+Why a persistent transport (SSH through fabric, into a container where the
+target is one) and not Ansible here: a cell must cost well under 2 s beyond
+the payload's own time, and a distributed cell's processes must start
+together. Transports are pooled across cells; each process runs in its own thread
 behind a barrier; the remote side is wrapped in ``timeout`` so a process
 outlives neither the cell timeout nor a lost controller. Every remote command
 is an argument list quoted piece by piece (no value from a spec or an
@@ -17,13 +19,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from dlinfra.errors import TargetError
 from dlinfra.orchestration.cells import Cell, Process, tf_config
-from dlinfra.orchestration.ssh import ConnectionPool, remote_command
 from dlinfra.providers.base import Target
 from dlinfra.record import RecordError, RunRecord
+from dlinfra.transport import LinkLost, Transport, TransportPool
 
 #: Make the run folder (clearing a previous attempt) and print N free TCP ports; argv: dir, N.
 _PREPARE = (
@@ -118,18 +119,16 @@ class Launcher:
     def __init__(self, campaign_id: str, peer_timeout: float | None = None) -> None:
         self.campaign_id = campaign_id
         self.peer_timeout = peer_timeout
-        self.pool = ConnectionPool()
-        self._lock = threading.Lock()
+        self.pool = TransportPool(lambda target: target.transport())
 
     def close(self) -> None:
         self.pool.close()
 
     # -- helpers ------------------------------------------------------------
 
-    def _conn(self, p: Process, slot: int) -> tuple[Any, tuple[Target, int]]:
-        """One connection per (target, slot): processes sharing a target get separate transports."""
-        with self._lock:
-            return self.pool.get(p.target, slot), (p.target, slot)
+    def _conn(self, p: Process, slot: int) -> tuple[Transport, tuple[Target, int]]:
+        """One transport per (target, slot): processes sharing a target get separate links."""
+        return self.pool.get(p.target, slot), (p.target, slot)
 
     def _run_dir(self, p: Process, cell: Cell, repeat: int) -> str:
         return f"{p.target.runs_dir}/{self.campaign_id}/{cell.hash}-r{repeat}"
@@ -142,6 +141,7 @@ class Launcher:
             "cell_hash": cell.hash,
             "repeat": repeat,
             "layer": p.target.layer,
+            "provider": p.target.provider,
             "physical_host": p.target.physical_host,
             "target_address": p.target.peer_address,
             "emulated": p.target.emulated,
@@ -175,7 +175,7 @@ class Launcher:
         phases: dict[str, float] = {}
         for attempt in (1, 2):  # a pooled connection may have died since the last cell: retry once, fresh
             slots: dict[str, int] = {}
-            conns: list[Any] = []
+            conns: list[tuple[Transport, tuple[Target, int]]] = []
             try:
                 for p in processes:
                     slot = slots.get(p.target.name, 0)
@@ -210,7 +210,6 @@ class Launcher:
                 f"{timeout:.0f}",
                 *inner,
             ]
-            argv = p.target.command(argv)
             th = threading.Thread(target=self._run_one, args=(conn, argv, outcome, barrier), daemon=True)
             threads.append(th)
             th.start()
@@ -247,7 +246,9 @@ class Launcher:
         run.phases = phases
         return run
 
-    def _prepare(self, cell: Cell, repeat: int, processes: list[Process], conns: list[Any]) -> int | None:
+    def _prepare(
+        self, cell: Cell, repeat: int, processes: list[Process], conns: list[tuple[Transport, tuple[Target, int]]]
+    ) -> int | None:
         """Run folders on every target, free ports for a distributed cell: one round trip, all targets at once."""
         per_target: dict[str, list[int]] = {}
         for i, p in enumerate(processes):
@@ -262,7 +263,7 @@ class Launcher:
             hosts_chief = chief_like is not None and chief_like in [processes[i] for i in indices]
             need = 0 if cell.mode == "single" else len(indices) + (1 if hosts_chief else 0)
             run_dir = self._run_dir(first, cell, repeat)
-            published = [int(x) for x in first.target.facts.get("published_ports", [])]
+            published = list(first.target.published_ports)
             if need and published and len(published) < need:
                 raise TargetError(
                     f"host {first.target.name}: {need} ports needed, {len(published)} published "
@@ -276,14 +277,11 @@ class Launcher:
             else:
                 argv = [first.target.python, "-c", _PREPARE, run_dir, str(need)]
             try:
-                result = conn.run(
-                    remote_command(first.target.command(argv)), hide=True, warn=True, in_stream=False, timeout=30
-                )
-            except Exception as exc:  # noqa: BLE001 - paramiko/invoke raise many kinds on a dead link
-                raise TargetError(f"host {first.target.name}: cannot prepare the run: {_describe(exc)}") from None
-            if result.exited != 0:
-                last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-                raise TargetError(f"host {first.target.name}: cannot prepare the run: {last}")
+                result = conn.run(argv, timeout=30)
+            except LinkLost as exc:
+                raise TargetError(f"host {first.target.name}: cannot prepare the run: {exc.cause}") from None
+            if not result.ok:
+                raise TargetError(f"host {first.target.name}: cannot prepare the run: {result.last_error_line()}")
             return published[:need] if need and published else [int(x) for x in result.stdout.split()]
 
         groups = list(per_target.values())
@@ -297,27 +295,29 @@ class Launcher:
                 control_port = ports[-1]
         return control_port
 
-    def _run_one(self, conn: Any, argv: list[str], outcome: ProcessOutcome, barrier: threading.Barrier) -> None:
+    def _run_one(self, conn: Transport, argv: list[str], outcome: ProcessOutcome, barrier: threading.Barrier) -> None:
         try:
             barrier.wait(timeout=30)
         except threading.BrokenBarrierError:
             outcome.error = "did not start: another process of the cell could not start"
             return
         try:
-            result = conn.run(remote_command(argv), hide=True, warn=True, in_stream=False)
-        except Exception as exc:  # noqa: BLE001 - a dying host surfaces as any of several paramiko errors
-            outcome.error = f"connection lost ({_describe(exc)})"
+            result = conn.run(argv)
+        except LinkLost as exc:
+            outcome.error = f"connection lost ({exc.cause})"
             return
-        outcome.exit_code = result.exited
+        outcome.exit_code = result.exit_code
         outcome.stderr_tail = "\n".join(result.stderr.strip().splitlines()[-5:])
         if outcome.killed:
             outcome.error = "stopped by dlinfra"
-        elif result.exited == -1:
+        elif result.exit_code == -1:
             outcome.error = "connection lost (the SSH channel closed without an exit status)"
-        elif result.exited == 124:
+        elif result.exit_code == 124:
             outcome.error = "killed by the cell timeout"
 
-    def _kill(self, cell: Cell, repeat: int, outcomes: list[ProcessOutcome], conns: list[Any]) -> None:
+    def _kill(
+        self, cell: Cell, repeat: int, outcomes: list[ProcessOutcome], conns: list[tuple[Transport, tuple[Target, int]]]
+    ) -> None:
         """Stop every process still running, all in parallel, each on a fresh channel of its connection."""
 
         def kill_one(outcome: ProcessOutcome, key: tuple[Target, int]) -> None:
@@ -325,9 +325,7 @@ class Launcher:
             p = outcome.process
             pidfile = f"{self._run_dir(p, cell, repeat)}/{p.key}.pid"
             try:
-                conn = self.pool.get(*key)
-                kill = p.target.command([p.target.python, "-c", _KILL, pidfile])
-                conn.run(remote_command(kill), hide=True, warn=True, in_stream=False, timeout=15)
+                self.pool.get(*key).run([p.target.python, "-c", _KILL, pidfile], timeout=15)
             except Exception:  # noqa: BLE001, S110 - the host may be gone; its processes die with it
                 pass
 
@@ -341,21 +339,24 @@ class Launcher:
         for th in threads:
             th.join(timeout=20)
 
-    def _fetch(self, cell: Cell, repeat: int, outcomes: list[ProcessOutcome], conns: list[Any]) -> None:
+    def _fetch(
+        self, cell: Cell, repeat: int, outcomes: list[ProcessOutcome], conns: list[tuple[Transport, tuple[Target, int]]]
+    ) -> None:
         for outcome, (conn, key) in zip(outcomes, conns, strict=True):
             p = outcome.process
             if outcome.error and "connection lost" in outcome.error:
                 self.pool.drop(*key)
                 continue
-            path = p.target.host_path(f"{self._run_dir(p, cell, repeat)}/{p.key}.json")
             try:
-                with conn.sftp().open(path, "r") as f:
-                    text = f.read().decode()
+                text = conn.read(f"{self._run_dir(p, cell, repeat)}/{p.key}.json").decode()
             except FileNotFoundError:
                 continue
-            except Exception as exc:  # noqa: BLE001 - sftp on a dead link
-                outcome.error = outcome.error or f"cannot fetch its record: {_describe(exc)}"
+            except LinkLost as exc:
+                outcome.error = outcome.error or f"cannot fetch its record: {exc.cause}"
                 self.pool.drop(*key)
+                continue
+            except UnicodeDecodeError:
+                outcome.error = outcome.error or "its record is not UTF-8 text"
                 continue
             try:
                 record = RunRecord.from_json(text)
@@ -402,8 +403,3 @@ class Launcher:
             wall_s=time.monotonic() - t0,
             outcomes=outcomes,
         )
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

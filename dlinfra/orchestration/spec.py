@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlinfra import safe_yaml
 from dlinfra.errors import SpecError
-from dlinfra.record import LAYERS
+from dlinfra.layers import LAYERS
 from dlinfra.safe_yaml import dotted, excerpt, plain
 
 if TYPE_CHECKING:
@@ -421,7 +421,29 @@ def load_spec(path: str | Path) -> CampaignSpec:
             ("repeats",), f"{cells:,} cells x {spec.repeats} repeats is over the {MAX_RUNS:,} runs a campaign may hold"
         )
     spec.layer_options = _layer_options(check, data.get("layer_options"))
+    _check_providers(check, spec)
     return spec
+
+
+def _check_providers(check: _Checker, spec: CampaignSpec) -> None:
+    """Each layer's provider is installed, provides it, and accepts its options: before anything is built.
+
+    A stacked layer whose base layer is not measured brings that layer up itself: its options are checked too.
+    """
+    from dlinfra.providers.registry import provider_for
+
+    layers = list(dict.fromkeys([*spec.layers, *spec.layer_options]))
+    for layer in layers:
+        options = spec.layer_options.get(layer, {})
+        at = ("layer_options", layer)
+        try:
+            cls = provider_for(layer, options)
+        except SpecError as exc:
+            raise check.fail((*at, "provider") if "provider" in options else at, exc.message, exc.hint) from None
+        cls.validate(layer, options, f"{plain(check.path, 200, tail=True)}:{check.lines.at(*at)}: {dotted(at)}")
+        below = cls.layers[layer]
+        if below is not None and below not in layers:
+            layers.append(below)
 
 
 def select_layers(spec: CampaignSpec, only: list[str] | None) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from dlinfra.payload import identity
 from dlinfra.payload.errors import PayloadError
 from dlinfra.payload.measure import utc
-from dlinfra.record import LAYERS, Metrics, Provenance, RunRecord, config_hash
+from dlinfra.record import Metrics, Provenance, RunRecord, config_hash
 
 
 @dataclass
@@ -29,6 +29,7 @@ class Context:
     cell_hash: str | None = None
     repeat: int = 0
     layer: str = "bm"
+    provider: str = ""
     physical_host: str = field(default_factory=socket.gethostname)
     target_address: str | None = None
     emulated: bool = False
@@ -50,8 +51,8 @@ class Context:
         if unknown:
             raise PayloadError(f"--context-json has unknown key(s): {', '.join(unknown)}")
         ctx = cls(**{k: v for k, v in data.items() if v is not None})
-        if ctx.layer not in LAYERS:
-            raise PayloadError(f"--context-json layer {ctx.layer!r} is not one of {', '.join(LAYERS)}")
+        if not isinstance(ctx.layer, str) or not isinstance(ctx.provider, str):
+            raise PayloadError("--context-json layer and provider must be strings")
         if not isinstance(ctx.repeat, int) or ctx.repeat < 0:
             raise PayloadError("--context-json repeat must be an integer >= 0")
         if not isinstance(ctx.devices, list):
@@ -81,6 +82,7 @@ def build(
             cell_hash=ctx.cell_hash or config_hash(cell_config),
             repeat=ctx.repeat,
             layer=ctx.layer,
+            provider=ctx.provider,
             physical_host=ctx.physical_host,
             target_address=ctx.target_address or identity.target_address(),
             role=role,

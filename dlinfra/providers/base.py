@@ -1,56 +1,67 @@
-"""What every layer hands back (a :class:`Target`) and how a layer is driven (:class:`Provider`).
+"""What a provider hands back (a :class:`Target`) and how a provider is written (:class:`Provider`).
 
-Everything after provisioning speaks only of targets, so every layer is measured
-by the same code path (deploy, launch, collect). A layer plugs in by
-implementing the two methods of :class:`Provider`:
+A *layer* (bm, vm, ctr, ctr-vm; :mod:`dlinfra.layers`) is what is measured; a
+*provider* is how a campaign obtains it (ssh, libvirt, docker, podman, a
+plug-in). Everything after provisioning speaks only of targets and their
+:class:`~dlinfra.transport.Transport`, so every layer and provider is measured
+by the same code path (deploy, launch, collect).
 
-``up(spec: LayerSpec) -> list[Target]``
-    Make the layer's targets exist on ``spec.hosts`` (the inventory hosts that
-    may carry the layer), wait until each answers SSH with a host key that the
-    returned ``known_hosts`` file holds, and return them. Idempotent: calling
-    it on a layer already up returns the same targets. Raise
-    :class:`dlinfra.errors.TargetError` naming the host on failure.
+Writing a provider (PerfKitBenchmarker's resource template, made symmetric):
 
-``down() -> None``
-    Remove everything ``up`` made, and nothing else. Idempotent.
+- class attributes: ``name`` (its id in ``layer_options.LAYER.provider``),
+  ``layers`` (the layers it can provide, each mapped to the layer it runs on:
+  ``{"ctr": None, "ctr-vm": "vm"}``), ``options`` (option -> one-line help);
+- :meth:`Provider.validate` checks a campaign's options when the spec is
+  loaded, before anything is built (the default refuses unknown keys);
+- :meth:`Provider.up` runs ``create_dependencies -> create -> wait_ready ->
+  post_create`` and returns typed targets; on any failure it runs
+  :meth:`Provider.down`. Idempotent: a second ``up`` returns the same targets;
+- :meth:`Provider.down` runs ``delete -> delete_dependencies``; idempotent;
+- :meth:`Provider.sweep` removes what a run with a label made, after its
+  controller was killed (objects it recorded in the run registry, or found by
+  label);
+- register the class under the ``dlinfra.providers`` entry-point group
+  (see :mod:`dlinfra.providers.registry`).
 
-Rules every provider keeps: one target per place a payload process can run;
+Rules every target keeps: one target per place a payload process can run;
 ``cpu_set`` is the CPUs the payload may pin to there (cells split it between
-processes that share the target); ``home`` is a folder private to that target
-(the payload venv lives in ``home/venv``); ``emulated`` is true when timings
-are not comparable (QEMU TCG); ``physical_host`` is the inventory name of the
-machine underneath, so results can be grouped per real host. Register the
-class in :data:`dlinfra.providers.PROVIDERS`.
-
-A target need not run its own sshd. A container is reached over its host's
-SSH: its ``facts`` carry ``exec_prefix`` (an argv such as ``docker exec -i
-NAME``, put before every payload command), ``host_runs_dir`` (where its
-``runs_dir`` is bind-mounted on the host, for fetching records over SFTP) and
-``peer_address`` (what other processes of a cell dial). ``payload_in_image``
-says the payload came with the target's image, so deploy only checks its hash.
+processes sharing the target); ``home`` is a folder private to the target (the
+payload venv lives in ``home/venv``); ``emulated`` is true when timings are not
+comparable (QEMU TCG); ``physical_host`` names the machine underneath, so
+results group per real host; ``details`` is what every record of the target
+carries as ``target_details`` (JSON-safe, no secret).
 """
 
 from __future__ import annotations
 
+import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from dlinfra.errors import SpecError
 from dlinfra.inventory import InventoryHost
+from dlinfra.transport import ContainerAccess, ContainerTransport, SshEndpoint, SshTransport, Transport
+
+if TYPE_CHECKING:
+    from dlinfra.orchestration.sweep import SweepReport
 
 
 @dataclass
 class Target:
-    """An SSH-reachable place where the payload runs, on some layer."""
+    """A place where the payload runs, on some layer, and how it is reached."""
 
     layer: str
     name: str
     physical_host: str
+    #: Where SSH goes: the target itself, or the host of a container (see ``container``).
     address: str
     port: int = 22
     user: str = "root"
     key_file: str | None = None
     known_hosts: str | None = None
+    provider: str = ""
     cpu_set: list[int] = field(default_factory=list)
     memory_bytes: int | None = None
     devices: list[str] = field(default_factory=list)
@@ -59,7 +70,20 @@ class Target:
     home: str = ".dlinfra"
     #: Interpreter used to create the venv (the venv's own python runs the payload).
     base_python: str = "python3"
-    facts: dict[str, Any] = field(default_factory=dict)
+    #: Inventory groups of the host underneath: a spec's ``hosts`` patterns match them.
+    groups: list[str] = field(default_factory=list)
+    #: Set for a container: commands enter it through its host's SSH.
+    container: ContainerAccess | None = None
+    #: The address other processes of a cell dial, when not ``address`` (a container's bridge address).
+    peer_ip: str | None = None
+    #: Host ports published to this target, in order (a bridge container's reachable ports).
+    published_ports: list[int] = field(default_factory=list)
+    #: The payload came with the target's image: deploy only checks its hash.
+    payload_in_image: bool = False
+    #: The interpreter Ansible uses on the target.
+    ansible_python: str = "auto_silent"
+    #: What ``python -m dlinfra.payload identity`` reported there, once deployed or verified.
+    identity: dict[str, Any] | None = None
     #: What every record of this target carries as ``target_details`` (JSON-safe; no secrets).
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -75,41 +99,29 @@ class Target:
     @property
     def peer_address(self) -> str:
         """The address other processes of a cell reach this target at (a container's own, or the host's)."""
-        return str(self.facts.get("peer_address") or self.address)
+        return self.peer_ip or self.address
 
     @property
-    def payload_in_image(self) -> bool:
-        return bool(self.facts.get("payload_in_image", False))
+    def ssh(self) -> SshEndpoint:
+        """Where SSH goes for this target (its host's sshd for a container)."""
+        return SshEndpoint(self.name, self.address, self.port, self.user, self.key_file, self.known_hosts)
 
-    def command(self, argv: list[str]) -> list[str]:
-        """``argv`` as the SSH host must run it: inside the target's container when it has one."""
-        return [*self.facts.get("exec_prefix", []), *argv]
-
-    def host_path(self, path: str) -> str:
-        """Where a file under ``runs_dir`` lies on the SSH host (a container's runs_dir is a bind mount)."""
-        host_runs = self.facts.get("host_runs_dir")
-        if host_runs and (path == self.runs_dir or path.startswith(self.runs_dir + "/")):
-            return str(host_runs) + path[len(self.runs_dir) :]
-        return path
+    def transport(self) -> Transport:
+        """A new open transport to this target: SSH, and into the container when it is one."""
+        link: Transport = SshTransport(self.ssh)
+        if self.container is not None:
+            link = ContainerTransport(link, self.container, self.name)
+        return link
 
     def ansible_vars(self) -> dict[str, Any]:
-        """Host variables for an inventory that reaches this target the way fabric does."""
-        args = ["-o StrictHostKeyChecking=yes"]
-        if self.known_hosts:
-            args.insert(0, f"-o UserKnownHostsFile={self.known_hosts}")
-        hv: dict[str, Any] = {
-            "ansible_host": self.address,
-            "ansible_port": self.port,
-            "ansible_user": self.user,
-            "ansible_ssh_common_args": " ".join(args),
-            "ansible_python_interpreter": self.facts.get("ansible_python_interpreter", "auto_silent"),
+        """Host variables for an inventory that reaches this target the way the transport does."""
+        return {
+            **self.ssh.ansible_vars(),
+            "ansible_python_interpreter": self.ansible_python,
             "dlinfra_home": self.home,
             "dlinfra_python": self.base_python,
             "dlinfra_layer": self.layer,
         }
-        if self.key_file:
-            hv["ansible_ssh_private_key_file"] = self.key_file
-        return hv
 
 
 @dataclass
@@ -132,12 +144,107 @@ class LayerSpec:
     stacked: list[str] = field(default_factory=list)
 
 
-@runtime_checkable
-class Provider(Protocol):
-    """A layer: ``up`` makes its targets, ``down`` removes what ``up`` made."""
+class Provider(abc.ABC):
+    """How one layer is obtained. Subclasses fill in the steps; :meth:`up` and :meth:`down` order them."""
 
-    layer: str
+    #: The provider's id, as a campaign names it (``layer_options.LAYER.provider``).
+    name: ClassVar[str]
+    #: Layers this provider can provide, each mapped to the layer whose targets it runs on (or None).
+    layers: ClassVar[Mapping[str, str | None]]
+    #: Options it accepts in ``layer_options.LAYER`` (besides ``provider``), with a one-line help each.
+    options: ClassVar[Mapping[str, str]] = {}
 
-    def up(self, spec: LayerSpec) -> list[Target]: ...
+    def __init__(self, layer: str) -> None:
+        if layer not in self.layers:
+            raise SpecError(
+                f"provider {self.name} cannot provide layer {layer}",
+                f"it provides: {', '.join(self.layers)}",
+            )
+        self.layer = layer
+        self.targets: list[Target] = []
 
-    def down(self) -> None: ...
+    @property
+    def stacks_on(self) -> str | None:
+        """The layer whose targets this one runs on (ctr-vm: vm), or None."""
+        return self.layers[self.layer]
+
+    # ------------------------------------------------------------ validate
+    @classmethod
+    def validate(cls, layer: str, options: Mapping[str, Any], where: str) -> None:
+        """Refuse bad options before anything is built; ``where`` names them (file and key) in the error.
+
+        The default refuses keys not in :attr:`options`; override to check values too (and call super).
+        """
+        unknown = sorted(set(options) - set(cls.options) - {"provider"})
+        if unknown:
+            raise SpecError(
+                f"{where}: unknown option(s) {', '.join(map(str, unknown))} for provider {cls.name}",
+                f"provider {cls.name} takes: {', '.join(sorted(cls.options)) or 'no options'}",
+            )
+
+    @classmethod
+    def targets_per_host(cls, options: Mapping[str, Any]) -> int:
+        """How many targets ``up`` makes on each host with these options: a failed layer's cells are listed on
+        that many stand-ins per host, so they keep the hashes they have when it comes up."""
+        return 1
+
+    # ------------------------------------------------------------------ up
+    def up(self, spec: LayerSpec) -> list[Target]:
+        """Make the layer's targets and return them; on failure remove what was made, then raise."""
+        if self.targets:
+            return self.targets
+        try:
+            self.create_dependencies(spec)
+            targets = self.create(spec)
+            self.wait_ready(targets)
+            self.post_create(targets)
+        except BaseException:
+            self.down()
+            raise
+        for target in targets:
+            target.provider = self.name
+        self.targets = targets
+        return targets
+
+    def create_dependencies(self, spec: LayerSpec) -> None:  # noqa: B027 - an optional step
+        """Make what the targets need first (daemons, images, networks)."""
+
+    @abc.abstractmethod
+    def create(self, spec: LayerSpec) -> list[Target]:
+        """Make the targets (guests, containers; or pick existing hosts)."""
+
+    def wait_ready(self, targets: list[Target]) -> None:  # noqa: B027 - an optional step
+        """Wait until every target answers (SSH with its host key checked)."""
+
+    def post_create(self, targets: list[Target]) -> None:  # noqa: B027 - an optional step
+        """Read what the records need from the targets (facts)."""
+
+    # ---------------------------------------------------------------- down
+    def down(self) -> None:
+        """Remove everything ``up`` made, and nothing else; idempotent."""
+        try:
+            self.delete()
+        finally:
+            self.delete_dependencies()
+            self.targets = []
+
+    def delete(self) -> None:  # noqa: B027 - a provider that makes nothing deletes nothing
+        """Remove the targets ``create`` made."""
+
+    def delete_dependencies(self) -> None:  # noqa: B027 - an optional step
+        """Remove what ``create_dependencies`` made."""
+
+    # --------------------------------------------------------------- sweep
+    @classmethod  # noqa: B027 - a provider that makes nothing has nothing to sweep
+    def sweep(cls, label: str, objects: list[dict[str, Any]], report: SweepReport) -> None:
+        """Remove what the run ``label`` made (``objects``: the entries it recorded in the run registry, or
+        found by label); record each removal in ``report`` (``report.dry_run``: list only). Never raises for
+        one object: ``report.error`` it and go on."""
+
+    @classmethod
+    def discover(cls) -> dict[str, list[dict[str, Any]]]:
+        """Objects of this provider's kind on this machine, by run label, for runs that left no record."""
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        return {"layer": self.layer, "provider": self.name, "targets": [t.name for t in self.targets]}

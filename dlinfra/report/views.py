@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from dlinfra.record import LAYERS
+from dlinfra.layers import LAYERS
 from dlinfra.report import stats
 from dlinfra.report.frame import PS_KEYS, WORKER_KEYS, Metric, config_label
 from dlinfra.report.warnings import CODES, ReportWarning, refusal_reasons

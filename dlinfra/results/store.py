@@ -28,7 +28,7 @@ from dlinfra.record import RunRecord
 
 #: Bump when tables or columns change; older versions are migrated in place (see ``_MIGRATIONS``),
 #: a store of a newer version is refused.
-STORE_SCHEMA_VERSION = 2
+STORE_SCHEMA_VERSION = 3
 
 DEFAULT_DB = "dlinfra-results.db"
 
@@ -47,6 +47,7 @@ _TABLES = [
         repeat INTEGER NOT NULL,
         attempt INTEGER NOT NULL,
         layer TEXT NOT NULL,
+        provider TEXT NOT NULL DEFAULT '',
         workload TEXT NOT NULL,
         config_json TEXT NOT NULL,
         status TEXT NOT NULL,
@@ -63,6 +64,7 @@ _TABLES = [
         role TEXT NOT NULL,
         task_index INTEGER NOT NULL,
         layer TEXT NOT NULL,
+        provider TEXT NOT NULL DEFAULT '',
         workload TEXT NOT NULL,
         mode TEXT NOT NULL,
         physical_host TEXT NOT NULL,
@@ -92,7 +94,7 @@ _TABLES = [
 
 #: Columns of ``runs`` filled from the record; the order is the INSERT order.
 RUN_COLUMNS = [
-    "campaign_id", "cell_hash", "repeat", "attempt", "role", "task_index", "layer", "workload", "mode",
+    "campaign_id", "cell_hash", "repeat", "attempt", "role", "task_index", "layer", "provider", "workload", "mode",
     "physical_host", "target_address", "hostname", "cpu_model", "cpu_set", "memory_bytes",
     "tf_version", "python_version", "payload_hash", "start_utc", "end_utc", "status",
     "failure_reason", "emulated", "examples_per_sec", "elapsed_s", "step_time_median_s",
@@ -114,6 +116,8 @@ class CellOutcome:
     failure_reason: str | None = None
     started_utc: str | None = None
     ended_utc: str | None = None
+    #: How the layer was obtained (ssh, libvirt, docker, podman, a plug-in).
+    provider: str = ""
 
 
 def redact_url(url: str) -> str:
@@ -135,6 +139,7 @@ def _run_row(record: RunRecord, attempt: int) -> tuple[Any, ...]:
         "role": p.role,
         "task_index": p.task_index,
         "layer": p.layer,
+        "provider": p.provider,
         "workload": p.workload,
         "mode": p.mode,
         "physical_host": p.physical_host,
@@ -295,6 +300,29 @@ class ResultsStore:
             self._execute(f"INSERT INTO {table} ({names}, attempt) SELECT {names}, 1 FROM {table}_v1")
             self._execute(f"DROP TABLE {table}_v1")
 
+    def _migrate_2_to_3(self) -> None:
+        """Version 3 records the provider of every row. Rows from before: bm came only from ssh and vm only
+        from libvirt; a container row's engine is in its record; a failed container cell without records
+        keeps an empty provider (unknown, not guessed)."""
+        for table in ("cells", "runs"):
+            if self.is_postgres:
+                self._execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS provider TEXT NOT NULL DEFAULT ''")
+            elif "provider" not in [row[1] for row in self._execute(f"PRAGMA table_info({table})").fetchall()]:
+                self._execute(f"ALTER TABLE {table} ADD COLUMN provider TEXT NOT NULL DEFAULT ''")
+            self._execute(f"UPDATE {table} SET provider = 'ssh' WHERE layer = 'bm'")
+            self._execute(f"UPDATE {table} SET provider = 'libvirt' WHERE layer = 'vm'")
+        engine = (
+            "(record_json::json -> 'provenance' -> 'target_details' ->> 'engine')"
+            if self.is_postgres
+            else "json_extract(record_json, '$.provenance.target_details.engine')"
+        )
+        self._execute(f"UPDATE runs SET provider = COALESCE({engine}, '') WHERE layer IN ('ctr', 'ctr-vm')")
+        self._execute(
+            "UPDATE cells SET provider = COALESCE((SELECT MAX(r.provider) FROM runs r WHERE r.campaign_id = "
+            "cells.campaign_id AND r.cell_hash = cells.cell_hash AND r.repeat = cells.repeat), '') "
+            "WHERE layer IN ('ctr', 'ctr-vm')"
+        )
+
     # -- writes -----------------------------------------------------------
 
     def add_campaign(self, campaign_id: str, name: str, spec: dict[str, Any]) -> None:
@@ -332,12 +360,14 @@ class ResultsStore:
                 return 0
             attempt = int(row[0] or 0) + 1 if row is not None else 1
             self._execute(
-                "INSERT INTO cells (campaign_id, cell_hash, repeat, attempt, layer, workload, config_json, status, "
-                "failure_reason, started_utc, ended_utc, stored_utc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO cells (campaign_id, cell_hash, repeat, attempt, layer, provider, workload, config_json, "
+                "status, failure_reason, started_utc, ended_utc, stored_utc) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     *key,
                     attempt,
                     outcome.layer,
+                    outcome.provider,
                     outcome.workload,
                     json.dumps(secrets.redact_obj(outcome.config), sort_keys=True, default=str),
                     outcome.status,
@@ -439,7 +469,7 @@ def _where(campaign_id: str | None, all_attempts: bool) -> tuple[str, tuple[Any,
 
 
 #: schema version -> the store method that migrates it to the next one.
-_MIGRATIONS = {1: ResultsStore._migrate_1_to_2}
+_MIGRATIONS = {1: ResultsStore._migrate_1_to_2, 2: ResultsStore._migrate_2_to_3}
 
 
 def open_store(url: str | None = None) -> ResultsStore:

@@ -54,7 +54,7 @@ def engine(request: pytest.FixtureRequest) -> Engine:
 
 @pytest.fixture(scope="session")
 def wheelhouse():
-    from dlinfra.orchestration.wheelhouse import build_wheelhouse
+    from dlinfra.images.wheelhouse import build_wheelhouse
 
     return build_wheelhouse()
 

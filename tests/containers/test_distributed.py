@@ -27,7 +27,7 @@ PORT = 2222
 
 
 def test_ps_async_across_containers_on_the_bridge_network(docker: Engine, run_id: str, tmp_path: Path) -> None:
-    from dlinfra.orchestration.wheelhouse import build_wheelhouse
+    from dlinfra.images.wheelhouse import build_wheelhouse
     from dlinfra.providers.containers.image import build_payload_image
 
     wheelhouse = build_wheelhouse()

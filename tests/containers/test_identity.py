@@ -28,7 +28,7 @@ def _host_identity() -> dict:
 
 
 def test_container_payload_hash_equals_bm_and_records_its_cpuset(engine: Engine, run_id: str, tmp_path: Path) -> None:
-    from dlinfra.orchestration.wheelhouse import build_wheelhouse
+    from dlinfra.images.wheelhouse import build_wheelhouse
 
     for _attempt in range(3):  # other people may edit dlinfra meanwhile: retry until the sources held still
         before = _host_identity()["payload_hash"]

@@ -64,33 +64,31 @@ def testbed() -> Iterator[tuple[list, Path]]:
 
 
 def _ssh_exec(target: Target, argv: list[str]) -> str:
-    """What the run engine does: SSH to the target's host, run exec_prefix + argv there."""
-    from dlinfra.orchestration.ssh import connect, remote_command
-
-    conn = connect(target)
+    """What the run engine does: the target's transport (SSH to its host, exec into the container)."""
+    link = target.transport()
     try:
-        result = conn.run(remote_command([*target.facts["exec_prefix"], *argv]), hide=True, warn=True)
+        result = link.run(argv)
     finally:
-        conn.close()
-    assert result.exited == 0, result.stderr
+        link.close()
+    assert result.ok, result.stderr
     return result.stdout
 
 
 @pytest.mark.parametrize("kind", ["docker", "podman"])
 def test_provider_up_exec_pair_and_down(kind: str, testbed, tiny_wheelhouse: Path, request) -> None:
-    from dlinfra.providers.containers.provider import ContainerProvider
+    from dlinfra.providers.registry import provider_class
 
     local: Engine = request.getfixturevalue(kind)
     hosts, inventory = testbed
     run_id = f"p{secrets.token_hex(3)}"
-    opts = {"engine": kind, "network": "host", "placement": "spread", "run_id": run_id, "wheelhouse": tiny_wheelhouse}
-    provider = ContainerProvider()
+    opts = {"provider": kind, "network": "host", "placement": "spread", "run_id": run_id, "wheelhouse": tiny_wheelhouse}
+    provider = provider_class(kind)("ctr")
     try:
         targets = provider.up(LayerSpec("ctr", hosts, inventory, options=opts))
         assert provider.up(LayerSpec("ctr", hosts, inventory, options=opts)) is targets  # idempotent
         assert [t.physical_host for t in targets] == [h.name for h in hosts]
         for target, host in zip(targets, hosts, strict=True):
-            assert target.layer == "ctr" and target.python == "/opt/dlinfra/venv/bin/python"
+            assert target.layer == "ctr" and target.provider == kind and target.python == "/opt/dlinfra/venv/bin/python"
             addrs = json.loads(_ssh_exec(target, [target.python, "-c", ADDRS]))
             assert host.address in addrs  # in its host's network, not this machine's
             assert all(h.address not in addrs for h in hosts if h is not host)
@@ -98,7 +96,8 @@ def test_provider_up_exec_pair_and_down(kind: str, testbed, tiny_wheelhouse: Pat
             assert cpus == target.cpu_set == host.cpus
             # The runs folder inside is the host folder the engine can fetch from.
             _ssh_exec(target, ["touch", f"{target.runs_dir}/probe"])
-            assert (Path(target.facts["host_runs_dir"]) / "probe").exists()
+            assert target.container is not None
+            assert (Path(target.container.host_runs_dir) / "probe").exists()
         # A pair across hosts: a server in host 1's container, a client in host 2's, over host networking.
         serve = "import socket; s = socket.create_server(('0.0.0.0', 23100)); c, _ = s.accept(); c.sendall(b'pong')"
         local_engine = _engine_of(provider, hosts[0].name)
@@ -111,7 +110,7 @@ def test_provider_up_exec_pair_and_down(kind: str, testbed, tiny_wheelhouse: Pat
             "    except OSError: time.sleep(0.1)\n"
             "print(c.recv(8).decode())"
         )
-        assert _ssh_exec(targets[1], [targets[1].python, "-c", ask, targets[0].facts["peer_address"]]).strip() == "pong"
+        assert _ssh_exec(targets[1], [targets[1].python, "-c", ask, targets[0].peer_address]).strip() == "pong"
         engines = [he.engine for he in provider.hosts]
     finally:
         provider.down()

@@ -133,18 +133,23 @@ def test_ssh_engine_quotes_every_argument() -> None:
 
 def test_provider_options_are_checked_before_anything_starts(tmp_path) -> None:
     from dlinfra.providers.base import LayerSpec
-    from dlinfra.providers.containers.provider import ContainerProvider, _split
+    from dlinfra.providers.containers.provider import DockerProvider, _split
 
-    def opts(**kw):
-        return ContainerProvider._options(LayerSpec("ctr", [], tmp_path / "inv.yml", options=kw))
+    def check(**kw):
+        DockerProvider.validate("ctr", kw, "c.yml:3: layer_options.ctr")
 
-    with pytest.raises(DlinfraError, match="layer ctr: unknown option\\(s\\) cpuset_cpus"):
-        opts(cpuset_cpus="0")
-    with pytest.raises(DlinfraError, match="layer ctr: placement 'multiple' is not known"):
-        opts(placement="multiple")
-    with pytest.raises(DlinfraError, match="layer ctr: placement single runs one process per host"):
-        opts(placement="single", processes_per_host=2)
-    with pytest.raises(DlinfraError, match="layer ctr: port_base 'x' must be a non-negative integer"):
-        opts(port_base="x")
-    assert opts(placement="pack", network="bridge")["network_mode"] == NetworkMode("bridge")
+    with pytest.raises(DlinfraError, match="c.yml:3: layer_options.ctr: unknown option\\(s\\) cpuset_cpus"):
+        check(cpuset_cpus="0")
+    with pytest.raises(DlinfraError, match="layer_options.ctr.placement: 'multiple' is not known"):
+        check(placement="multiple")
+    with pytest.raises(DlinfraError, match="layer_options.ctr: placement single runs one process per host"):
+        check(placement="single", processes_per_host=2)
+    with pytest.raises(DlinfraError, match="layer_options.ctr.port_base: 'x' must be a non-negative integer"):
+        check(port_base="x")
+    with pytest.raises(DlinfraError, match="engine is now the provider.*provider: podman"):
+        check(engine="podman")
+    provider = DockerProvider("ctr")
+    assert provider._options(
+        LayerSpec("ctr", [], tmp_path / "inv.yml", options={"placement": "pack", "network": "bridge"})
+    )["network_mode"] == NetworkMode("bridge")
     assert _split([0, 1, 2, 3, 4], 2) == [[0, 1, 2], [3, 4]]

@@ -58,9 +58,9 @@ def deployed(bed: Bed, tmp_path_factory: pytest.TempPathFactory) -> Deployed:
     from dlinfra.inventory import load_inventory
     from dlinfra.orchestration.deploy import deploy
     from dlinfra.providers.base import LayerSpec
-    from dlinfra.providers.bm import BareMetalProvider
+    from dlinfra.providers.ssh.provider import SshProvider
 
-    targets = BareMetalProvider().up(LayerSpec("bm", load_inventory(bed.inventory), bed.inventory))
+    targets = SshProvider("bm").up(LayerSpec("bm", load_inventory(bed.inventory), bed.inventory))
     # No byte-compiling: a faster deploy; these tests check the plumbing, not timings.
     result = deploy(
         targets, artifacts_dir=tmp_path_factory.mktemp("deploy-artifacts"), quiet=True, compile_bytecode=False

@@ -41,7 +41,7 @@ def _spec(
         f"name: bm-ctr\ninventory: testbed:dlit\nlayers: {layers}\n"
         "warmup_steps: 5\nsteps: 30\ncell_timeout: 300\npeer_timeout: 90\n"
         "layer_options:\n"
-        f"  ctr: {{engine: docker, hosts: [{names}], placement: spread, processes_per_host: 2,\n"
+        f"  ctr: {{provider: docker, hosts: [{names}], placement: spread, processes_per_host: 2,\n"
         f"         network: {network}, run_id: {RUN_ID}}}\n"
         "workloads:\n"
     )

@@ -57,7 +57,7 @@ def test_a_layer_that_cannot_come_up_fails_only_its_cells(bed, tmp_path: Path) -
         f"name: three-layers\ninventory: {inventory}\nlayers: [bm, ctr, vm]\n"
         "warmup_steps: 2\nsteps: 10\ncell_timeout: 300\n"
         "layer_options:\n"
-        "  ctr: {engine: docker, hosts: ['all[0]'], run_id: itfail}\n"
+        "  ctr: {provider: docker, hosts: ['all[0]'], run_id: itfail}\n"
         "  vm: {emulation: allow}\n"
         "workloads:\n"
         "  - name: mnist-dnn\n    hosts: ['all[0]']\n    matrix: {mode: [single], batch_size: [32]}\n"

@@ -183,7 +183,7 @@ def test_sigkill_during_a_ctr_cell_then_sweep_leaves_nothing(testbed_one, tmp_pa
         "name: sweep-ctr\ninventory: testbed:dlswc\nlayers: [ctr]\n"
         "warmup_steps: 5\nsteps: 1000000\ncell_timeout: 900\npeer_timeout: 90\n"
         "layer_options:\n"
-        f"  ctr: {{engine: docker, hosts: ['all[0]'], placement: single, network: bridge, run_id: {run_id}}}\n"
+        f"  ctr: {{provider: docker, hosts: ['all[0]'], placement: single, network: bridge, run_id: {run_id}}}\n"
         "workloads:\n  - name: mnist-dnn\n    hosts: ['all[0]']\n    matrix: {mode: [single], batch_size: [64]}\n"
     )
     log = tmp_path / "controller.log"

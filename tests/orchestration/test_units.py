@@ -11,8 +11,8 @@ from dlinfra.inventory import parse_cpus
 from dlinfra.orchestration.ansible import scrub
 from dlinfra.orchestration.cells import expand, plan, tf_config
 from dlinfra.orchestration.spec import load_spec
-from dlinfra.orchestration.ssh import remote_command
 from dlinfra.providers.base import Target
+from dlinfra.transport import remote_command
 
 
 def _targets(n: int, cpus: int = 4) -> list[Target]:
@@ -153,18 +153,46 @@ def test_a_workload_can_be_kept_to_some_layers(tmp_path: Path) -> None:
         load_spec(bad)
 
 
-def test_a_container_target_runs_commands_in_its_container_and_maps_its_runs_folder() -> None:
-    t = Target(
-        layer="ctr", name="c1", physical_host="h1", address="10.0.0.1", home="/opt/dlinfra",
-        facts={"exec_prefix": ["docker", "exec", "-i", "c1"], "host_runs_dir": "/srv/ctr/c1",
-               "peer_address": "172.18.0.2"},
-    )  # fmt: skip
-    assert t.command([t.python, "-V"]) == ["docker", "exec", "-i", "c1", "/opt/dlinfra/venv/bin/python", "-V"]
-    assert t.host_path("/opt/dlinfra/runs/camp/x-r0/single-0.json") == "/srv/ctr/c1/camp/x-r0/single-0.json"
-    assert t.host_path("/opt/dlinfra/runsx/y") == "/opt/dlinfra/runsx/y"
+def test_a_container_transport_runs_commands_in_its_container_and_maps_its_runs_folder() -> None:
+    from dlinfra.transport import CommandResult, ContainerAccess, ContainerTransport, Transport
+
+    class Recorder(Transport):
+        """The host's side, recorded (what would go over SSH)."""
+
+        name = "h1"
+
+        def __init__(self) -> None:
+            self.ran: list[list[str]] = []
+            self.read_paths: list[str] = []
+
+        def run(self, argv, *, env=None, timeout=None) -> CommandResult:
+            self.ran.append(list(argv))
+            return CommandResult(0, "", "")
+
+        def read(self, path: str) -> bytes:
+            self.read_paths.append(path)
+            return b"{}"
+
+        def put(self, local: str, remote: str) -> None: ...
+
+        def alive(self) -> bool:
+            return True
+
+        def close(self) -> None: ...
+
+    access = ContainerAccess(["docker", "exec", "-i", "c1"], "/opt/dlinfra/runs", "/srv/ctr/c1")
+    host = Recorder()
+    link = ContainerTransport(host, access, "c1")
+    link.run(["/opt/dlinfra/venv/bin/python", "-V"], env={"A": "b c"})
+    assert host.ran == [["docker", "exec", "-i", "c1", "env", "A=b c", "/opt/dlinfra/venv/bin/python", "-V"]]
+    link.read("/opt/dlinfra/runs/camp/x-r0/single-0.json")
+    assert host.read_paths == ["/srv/ctr/c1/camp/x-r0/single-0.json"]
+    with pytest.raises(FileNotFoundError):  # nothing outside the bind mount is reachable through the host
+        link.read("/opt/dlinfra/runsx/y")
+    t = Target(layer="ctr", name="c1", physical_host="h1", address="10.0.0.1", container=access, peer_ip="172.18.0.2")
     assert t.peer_address == "172.18.0.2"
     bm = _targets(1)[0]
-    assert bm.command(["true"]) == ["true"] and bm.peer_address == bm.address
+    assert bm.container is None and bm.peer_address == bm.address
 
 
 def test_a_failed_layers_stand_ins_give_its_cells_the_hashes_they_have_when_it_comes_up(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ def vm(tmp_path_factory):
         need_binary(tool)
     need_module("libvirt")
     from dlinfra.errors import DlinfraError
-    from dlinfra.orchestration.wheelhouse import build_wheelhouse
+    from dlinfra.images.wheelhouse import build_wheelhouse
     from dlinfra.providers.libvirt.image import build_guest_image
     from dlinfra.providers.libvirt.provider import LibvirtProvider
     from dlinfra.providers.libvirt.spec import GuestSpec
@@ -69,9 +69,9 @@ def guest_run(target, command: list[str], timeout: float = 600) -> subprocess.Co
 
 def test_guest_is_a_vm_target(vm) -> None:
     provider, target, _wheelhouse = vm
-    assert target.layer == "vm" and target.emulated and target.facts["virt_type"] == "qemu"
+    assert target.layer == "vm" and target.emulated and target.details["virt_type"] == "qemu"
     assert target.user == "dlinfra" and target.physical_host == provider.host
-    xml = virsh("dumpxml", target.facts["domain"])
+    xml = virsh("dumpxml", target.details["domain"])
     assert "<dlinfra:emulated>true</dlinfra:emulated>" in xml and "type='qemu'" in xml
     assert f"dlinfra-{provider.run_label}-g1.qcow2" in virsh("vol-list", POOL)
 
@@ -82,7 +82,7 @@ def test_the_console_watch_sees_the_booted_guest_in_userspace(vm) -> None:
     from dlinfra.providers.libvirt.provider import SERIAL_LOG_DIR
 
     _provider, target, _wheelhouse = vm
-    watch = ConsoleWatch(Path(SERIAL_LOG_DIR) / f"{target.facts['domain']}-serial.log")
+    watch = ConsoleWatch(Path(SERIAL_LOG_DIR) / f"{target.details['domain']}-serial.log")
     watch.poll()
     assert watch.in_userspace, watch.shows
     assert watch.last_line

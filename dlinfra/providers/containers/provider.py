@@ -1,13 +1,13 @@
-"""The ``ctr`` layer: payload containers on Docker or Podman hosts become targets.
+"""The ``docker`` and ``podman`` providers of the ``ctr`` and ``ctr-vm`` layers: payload containers as targets.
 
-How the run engine reaches a container: over the *host's* SSH (the target's
-address/port/user/key are the host's, or the container's bridge address for
-peers), prefixing every payload command with ``facts["exec_prefix"]``, an argv
-like ``docker exec -i NAME``. No sshd runs in the container: it would add a
-daemon, a key and a port to every container and change what is measured.
-Result files: the payload writes them under ``target.runs_dir`` inside the
-container, which is a bind mount of ``facts["host_runs_dir"]`` on the host, so
-they can be fetched over the host's SFTP as well.
+How the run engine reaches a container: its target's ``container`` access
+(:class:`~dlinfra.transport.ContainerTransport`) runs every command as
+``ENGINE exec -i NAME ARGV`` over the *host's* SSH (the target's
+address/port/user/key are the host's; peers dial its ``peer_ip``). No sshd runs
+in the container: it would add a daemon, a key and a port to every container
+and change what is measured. Result files: the payload writes them under
+``target.runs_dir`` inside the container, a bind mount of a host folder, so
+they are read through the host's transport.
 
 Engine access per host: a local-testbed host (``dlinfra_netns`` host var) is
 driven from the controller directly (a dockerd inside its namespace, or podman
@@ -23,16 +23,18 @@ import secrets
 import shlex
 import shutil
 import subprocess
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from dlinfra.errors import DlinfraError, TargetError
-from dlinfra.inventory import match_pattern
-from dlinfra.orchestration.runs_registry import RunClaim, claim, is_live, live_runs
-from dlinfra.providers.base import LayerSpec, Target
+from dlinfra.errors import DlinfraError, SpecError, TargetError
+from dlinfra.inventory import InventoryHost, match_pattern
+from dlinfra.orchestration.progress import phase
+from dlinfra.orchestration.runs_registry import RunClaim, check_label, claim, is_live, live_runs
+from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.containers import daemons
-from dlinfra.providers.containers.engine import ENGINES, Engine
+from dlinfra.providers.containers.engine import Engine
 from dlinfra.providers.containers.image import VENV, build_payload_image, load_image, save_image
 from dlinfra.providers.containers.run import (
     PLACEMENTS,
@@ -49,28 +51,12 @@ from dlinfra.providers.containers.run import (
     run_labels,
     run_network_name,
 )
+from dlinfra.transport import ContainerAccess
 
 if TYPE_CHECKING:
     from dlinfra.orchestration.sweep import SweepReport
 
 HOME_IN_CONTAINER = "/opt/dlinfra"  # so Target.python is the image's venv: /opt/dlinfra/venv/bin/python
-_OPTIONS = {
-    "engine",
-    "hosts",
-    "placement",
-    "processes_per_host",
-    "network",
-    "cpus",
-    "memory_bytes",
-    "gpus",
-    "pin",
-    "base_image",
-    "keep_images",
-    "run_id",
-    "ports_per_container",
-    "port_base",
-    "wheelhouse",
-}
 
 
 @dataclass
@@ -98,17 +84,9 @@ def _split(cpus: list[int], parts: int) -> list[list[int]]:
     return chunks
 
 
-def ssh_via(host: Any) -> tuple[str, ...]:
+def ssh_via(host: InventoryHost) -> tuple[str, ...]:
     """The ssh argv prefix that reaches an inventory host the way Ansible does (key, known_hosts, port)."""
-    via = ["ssh", "-o", "BatchMode=yes", "-p", str(host.port)]
-    key = host.vars.get("ansible_ssh_private_key_file") or host.vars.get("ansible_private_key_file")
-    if key:
-        via += ["-i", str(key)]
-    known = host.vars.get("dlinfra_known_hosts")
-    if known:
-        via += ["-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes"]
-    via.append(f"{host.user}@{host.address}")
-    return tuple(via)
+    return tuple(host.ssh.argv(connect_timeout=30))
 
 
 def _names(host: Any) -> set[str]:
@@ -133,18 +111,44 @@ def controller_engine(kind: str) -> Engine:
     return engine
 
 
-class ContainerProvider:
-    """Containers as targets; ``down`` removes exactly the containers, networks and images this run made."""
+class ContainerProvider(Provider):
+    """Containers as targets; ``down`` removes exactly the containers, networks and images this run made.
 
-    layer = "ctr"
+    On ``ctr`` the hosts are the inventory's; on ``ctr-vm`` they are the ``vm`` layer's guests (the
+    campaign's, or guests this provider brings up itself with ``layer_options.vm``).
+    """
+
+    #: docker or podman: set by the registered subclasses below.
+    engine_kind: ClassVar[str]
+    layers: ClassVar[Mapping[str, str | None]] = {"ctr": None, "ctr-vm": "vm"}
+    options: ClassVar[Mapping[str, str]] = {
+        "hosts": "host patterns of the hosts that get containers (default: every host carrying the layer)",
+        "placement": f"one of {', '.join(PLACEMENTS)} (default spread)",
+        "processes_per_host": "containers per host for spread (default 1)",
+        "network": "host, bridge, none or container:NAME (default host)",
+        "cpus": "CPU quota per container (--cpus)",
+        "memory_bytes": "memory limit per container",
+        "gpus": "GPUs per container (--gpus; needs the NVIDIA runtime)",
+        "pin": "pin each container to its own CPU set (default true)",
+        "base_image": "base image of the payload image (default: the one built from the cached root filesystem)",
+        "keep_images": "leave the loaded payload image on the hosts after the campaign (default false)",
+        "run_id": "label of this run's objects (default: random)",
+        "ports_per_container": "ports published per bridge container (default 2 when bridged across hosts)",
+        "port_base": "first published port (default 23000)",
+        "wheelhouse": "a prebuilt wheelhouse folder with requirements.lock (air-gapped sites, tests)",
+    }
 
     def __init__(self, layer: str = "ctr") -> None:
-        self.layer = layer  # "ctr-vm" when the hosts are guests (see in_vm.py)
+        super().__init__(layer)
         self.run_id: str | None = None
         self.keep_images = False
         self.hosts: list[HostEngine] = []
-        self.targets: list[Target] = []
+        self.own_vms: Provider | None = None
         self._claim: RunClaim | None = None
+        self._opts: dict[str, Any] = {}
+        self._chosen: list[Any] = []
+        self._images: dict[str, str] = {}
+        self._guests: dict[str, Target] = {}
 
     def _record(self, kind: str, *, key: str, **where: Any) -> None:
         """Record in the run's state file where an object goes, before it is made (see runs_registry)."""
@@ -152,44 +156,54 @@ class ContainerProvider:
             self._claim.add(kind, key=key, **where)
 
     # ------------------------------------------------------------- options
-    @staticmethod
-    def _options(spec: LayerSpec) -> dict[str, Any]:
-        opts = dict(spec.options)
-        unknown = set(opts) - _OPTIONS
-        if unknown:
-            raise DlinfraError(
-                f"layer ctr: unknown option(s) {', '.join(sorted(unknown))}", f"known: {', '.join(sorted(_OPTIONS))}"
+    @classmethod
+    def validate(cls, layer: str, options: Mapping[str, Any], where: str) -> None:
+        if "engine" in options:
+            raise SpecError(
+                f"{where}: engine is now the provider",
+                f"write provider: {options['engine']} instead of engine: {options['engine']}",
             )
-        placement = opts.get("placement", "spread")
+        super().validate(layer, options, where)
+        placement = options.get("placement", "spread")
         if placement not in PLACEMENTS:
-            known = ", ".join(PLACEMENTS)
-            raise DlinfraError(f"layer ctr: placement {placement!r} is not known", f"use one of {known}")
-        opts["placement"] = placement
-        opts["network_mode"] = NetworkMode.parse(str(opts.get("network", "host")))
-        n = opts.get("processes_per_host", 1)
-        if not isinstance(n, int) or n < 1:
-            raise DlinfraError(f"layer ctr: processes_per_host {n!r} must be a positive integer")
-        if "hosts" in opts and (
-            not isinstance(opts["hosts"], list) or not all(isinstance(h, str) for h in opts["hosts"])
-        ):
-            raise DlinfraError(
-                f"layer ctr: hosts {opts['hosts']!r} must be a list of host patterns (names, groups, all[0])"
-            )
+            raise SpecError(f"{where}.placement: {placement!r} is not known", f"use one of {', '.join(PLACEMENTS)}")
+        try:
+            NetworkMode.parse(str(options.get("network", "host")))
+        except DlinfraError as exc:
+            raise SpecError(f"{where}.network: {exc.message}", exc.hint) from None
+        n = options.get("processes_per_host", 1)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise SpecError(f"{where}.processes_per_host: {n!r} must be a positive integer")
+        hosts = options.get("hosts")
+        if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts)):
+            raise SpecError(f"{where}.hosts: must be a list of host patterns (names, groups, all[0])")
         if placement == "single" and n != 1:
-            raise DlinfraError("layer ctr: placement single runs one process per host", "use spread or pack")
+            raise SpecError(f"{where}: placement single runs one process per host", "use spread or pack")
         for key in ("ports_per_container", "port_base"):
-            if key in opts and (not isinstance(opts[key], int) or isinstance(opts[key], bool) or opts[key] < 0):
-                raise DlinfraError(f"layer ctr: {key} {opts[key]!r} must be a non-negative integer")
-        run_id = str(opts.get("run_id") or secrets.token_hex(4))
-        if not re.match(r"^[a-z0-9][a-z0-9-]{0,30}$", run_id):
-            raise DlinfraError(f"layer ctr: run_id {run_id!r} must be lowercase letters, digits and '-'")
-        opts["run_id"] = run_id
+            value = options.get(key, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SpecError(f"{where}.{key}: {value!r} must be a non-negative integer")
+        run_id = options.get("run_id")
+        if run_id is not None and not re.match(r"^[a-z0-9][a-z0-9-]{0,30}$", str(run_id)):
+            raise SpecError(f"{where}.run_id: {run_id!r} must be lowercase letters, digits and '-'")
+
+    @classmethod
+    def targets_per_host(cls, options: Mapping[str, Any]) -> int:
+        count = options.get("processes_per_host", 1)
+        if options.get("placement") in ("single", "pack") or not isinstance(count, int) or count < 1:
+            return 1
+        return count
+
+    def _options(self, spec: LayerSpec) -> dict[str, Any]:
+        self.validate(self.layer, spec.options, f"layer_options.{self.layer}")
+        opts = dict(spec.options)
+        opts["placement"] = opts.get("placement", "spread")
+        opts["network_mode"] = NetworkMode.parse(str(opts.get("network", "host")))
+        opts["run_id"] = str(opts.get("run_id") or secrets.token_hex(4))
         return opts
 
     # ------------------------------------------------------------- engines
     def _engine_for(self, host: Any, kind: str) -> HostEngine:
-        if kind not in ENGINES:
-            raise DlinfraError(f"host {host.name}: container engine {kind!r} is not known", "use docker or podman")
         netns = host.vars.get("dlinfra_netns")
         if netns:  # local testbed: drive the engine from here, inside/into the host's namespace
             if kind == "docker":
@@ -228,11 +242,10 @@ class ContainerProvider:
         return root
 
     # ------------------------------------------------------------------ up
-    def up(self, spec: LayerSpec) -> list[Target]:
-        if self.targets:
-            return self.targets
-        opts = self._options(spec)
-        hosts = [h for h in spec.hosts if self.layer in h.layers]
+    def create_dependencies(self, spec: LayerSpec) -> None:
+        """Hosts (guests for ctr-vm), their engines (dockerd started where none runs), the image on each."""
+        self._opts = opts = self._options(spec)
+        hosts = self._hosts(spec)
         if opts.get("hosts"):  # only the hosts these patterns name (as a workload's hosts) get containers
             chosen = [h for pattern in opts["hosts"] for h in match_pattern(pattern, hosts, _names)]
             hosts = [h for h in hosts if h in chosen]
@@ -248,19 +261,17 @@ class ContainerProvider:
         # meanwhile leaves a state file that `dlinfra sweep` (and the next run's start) cleans up after.
         self._claim = self._claim or claim(run_id, "ctr", layer=self.layer)
         for host in hosts:  # fail fast, naming the host, before building anything
-            kind = str(opts.get("engine") or host.vars.get("dlinfra_container_engine", "docker"))
-            he = self._engine_for(host, kind)
+            he = self._engine_for(host, self.engine_kind)
             self._record("engine", key=he.engine.label, **engine_where(he.engine))
             remove_run(he.engine, run_id)  # what a killed earlier run with this (explicit) run_id left
             self.hosts.append(he)
         if opts.get("wheelhouse"):  # a prebuilt folder with requirements.lock (air-gapped sites, tests)
             wh_path = Path(str(opts["wheelhouse"]))
             wh_lock = wh_path / "requirements.lock"
+        elif spec.wheelhouse is not None:
+            wh_path, wh_lock = spec.wheelhouse.path, spec.wheelhouse.lock
         else:
-            from dlinfra.orchestration.wheelhouse import build_wheelhouse
-
-            built_wh = spec.wheelhouse or build_wheelhouse()
-            wh_path, wh_lock = built_wh.path, built_wh.lock
+            raise DlinfraError(f"layer {self.layer}: no wheelhouse to build the payload image from", "a bug")
         kinds = sorted({he.engine.kind for he in self.hosts})
         images: dict[str, str] = {}
         for kind in kinds:
@@ -275,6 +286,11 @@ class ContainerProvider:
                 self._record("image", key=f"{he.engine.label} {built.tag}", ref=built.tag, **engine_where(he.engine))
                 if load_image(he.engine, tarball, built.tag):
                     he.loaded_images.append(built.tag)
+        self._chosen, self._images = hosts, images
+
+    def create(self, spec: LayerSpec) -> list[Target]:
+        """One container per host (spread: processes_per_host of them), each pinned to its CPU chunk."""
+        opts, hosts, images, run_id, targets = self._opts, self._chosen, self._images, str(self.run_id), []
         network: NetworkMode = opts["network_mode"]
         n = 1 if opts["placement"] == "single" else int(opts.get("processes_per_host", 1))
         per_host = 1 if opts["placement"] == "pack" else n
@@ -316,8 +332,32 @@ class ContainerProvider:
                     user=he.results_owner,
                 )
                 record = self._start(he, cspec)
-                self.targets.append(self._target(host, he, cspec, record, host_runs, chunk, ports))
-        return self.targets
+                targets.append(self._target(host, he, cspec, record, host_runs, chunk, ports))
+        return targets
+
+    def _hosts(self, spec: LayerSpec) -> list[Any]:
+        """The hosts that get containers: inventory hosts, or for ctr-vm the guests (brought up here if needed)."""
+        if self.stacks_on is not None:
+            guests = spec.below
+            if guests is None:  # the campaign does not measure the layer below: bring its guests up here
+                from dlinfra.providers.registry import provider_for
+
+                self.own_vms = provider_for(self.stacks_on, spec.below_options)(self.stacks_on)
+                with phase(f"{self.layer}: {self.stacks_on} underneath"):
+                    guests = self.own_vms.up(
+                        LayerSpec(
+                            self.stacks_on,
+                            spec.hosts,
+                            spec.inventory,
+                            spec.below_options,
+                            spec.artifacts_dir,
+                            wheelhouse=spec.wheelhouse,
+                            stacked=[self.layer],
+                        )
+                    )
+            self._guests = {g.name: g for g in guests}
+            return [guest_as_host(g, self.layer) for g in guests]
+        return [h for h in spec.hosts if self.layer in h.layers]
 
     def _start(self, he: HostEngine, cspec: ContainerSpec) -> dict:
         from dlinfra.providers.containers.run import create_args, ensure_network, inspect_container
@@ -338,46 +378,49 @@ class ContainerProvider:
         conmon = None
         if he.engine.kind == "podman" and he.engine.netns:
             conmon = int((record.get("State") or {}).get("ConmonPid") or 0) or None
+        details: dict[str, Any] = {
+            "container": cspec.name,
+            "engine": he.engine.kind,
+            "image": cspec.image,
+            "network": str(cspec.network),
+            "limits": limits,
+            "published_ports": list(ports),
+        }
+        guest = self._guests.get(host.name) if self.stacks_on else None
+        if guest is not None:
+            details["guest"] = {"name": guest.name, **guest.details}
         return Target(
             layer=self.layer,
             name=cspec.name,
-            physical_host=host.name,
-            address=host.address,  # SSH goes to the host; peers use facts["peer_address"]
+            # results group by the real machine; a container in a guest inherits the guest's emulation
+            physical_host=guest.physical_host if guest else host.name,
+            address=host.address,  # SSH goes to the host; peers dial peer_ip
             port=host.port,
             user=host.user,
-            key_file=hv.get("ansible_ssh_private_key_file") or hv.get("ansible_private_key_file"),
-            known_hosts=hv.get("dlinfra_known_hosts"),
+            key_file=host.key_file,
+            known_hosts=host.ssh.known_hosts,
             cpu_set=list(chunk),
             memory_bytes=cspec.resources.memory_bytes,
             devices=devices,
-            emulated=bool(hv.get("dlinfra_emulated", False)),
+            emulated=guest.emulated if guest else bool(hv.get("dlinfra_emulated", False)),
             home=HOME_IN_CONTAINER,
             base_python=f"{VENV}/bin/python",
-            details={
-                "container": cspec.name,
-                "engine": he.engine.kind,
-                "image": cspec.image,
-                "network": str(cspec.network),
-                "limits": limits,
-                "published_ports": list(ports),
-            },
-            facts={
-                "exec_prefix": he.engine.exec_argv(cspec.name, [], mount_ns_of=conmon),
-                "host_runs_dir": host_runs,
-                "peer_address": address,
-                "published_ports": list(ports),
-                "engine": he.engine.kind,
-                "network": str(cspec.network),
-                "image": cspec.image,
-                "container_id": record.get("Id"),
-                "limits": limits,
-                "payload_in_image": True,
-                "ansible_python_interpreter": hv.get("ansible_python_interpreter", "auto_silent"),
-            },
+            groups=list(getattr(host, "groups", [])),
+            container=ContainerAccess(
+                exec_argv=he.engine.exec_argv(cspec.name, [], mount_ns_of=conmon),
+                runs_dir=f"{HOME_IN_CONTAINER}/runs",
+                host_runs_dir=host_runs,
+            ),
+            peer_ip=address,
+            published_ports=list(ports),
+            payload_in_image=True,
+            ansible_python=str(hv.get("ansible_python_interpreter", "auto_silent")),
+            details=details,
         )
 
     # ---------------------------------------------------------------- down
-    def down(self) -> None:
+    def delete(self) -> None:
+        """Containers, networks, loaded images, results folders, and dockerds this run started."""
         if self.run_id is None:
             return
         for he in self.hosts:
@@ -391,14 +434,57 @@ class ContainerProvider:
             if he.started_dockerd and he.engine.netns and not _others_use(he.engine, self.run_id):
                 daemons.stop_dockerd(he.engine.netns)
         self.hosts = []
-        self.targets = []
         self.run_id = None
         if self._claim is not None:  # only once everything is gone: a failed down() leaves the run to a sweep
             self._claim.release()
             self._claim = None
 
+    def delete_dependencies(self) -> None:
+        """The guests brought up for ctr-vm when the campaign does not measure vm."""
+        if self.own_vms is not None:
+            self.own_vms.down()
+            self.own_vms = None
+
+    @classmethod
+    def sweep(cls, label: str, objects: list[dict[str, Any]], report: SweepReport) -> None:
+        sweep_run(label, objects, report, dry_run=report.dry_run)
+
+    @classmethod
+    def discover(cls) -> dict[str, list[dict[str, Any]]]:
+        return discover_runs()
+
     def describe(self) -> dict[str, Any]:
-        return {"layer": self.layer, "run_id": self.run_id, "targets": [t.name for t in self.targets]}
+        return {**super().describe(), "run_id": self.run_id}
+
+
+class DockerProvider(ContainerProvider):
+    """Containers under Docker (a dockerd per local-testbed host, started where no init system runs)."""
+
+    name = "docker"
+    engine_kind = "docker"
+
+
+class PodmanProvider(ContainerProvider):
+    """Containers under Podman (daemonless; on the local testbed, joined to the host's namespace)."""
+
+    name = "podman"
+    engine_kind = "podman"
+
+
+def guest_as_host(guest: Target, layer: str) -> InventoryHost:
+    """An inventory host that reaches ``guest`` exactly as the run engine does."""
+    hv: dict[str, Any] = {
+        "ansible_user": guest.user,
+        "ansible_port": guest.port,
+        "dlinfra_known_hosts": guest.known_hosts,
+        "dlinfra_layers": [layer],
+        "dlinfra_home": guest.home,
+    }
+    if guest.key_file:
+        hv["ansible_ssh_private_key_file"] = guest.key_file
+    if guest.cpu_set:
+        hv["dlinfra_cpus"] = format_cpuset(guest.cpu_set)
+    return InventoryHost(name=guest.name, address=guest.address, groups=[], vars=hv)
 
 
 def _others_use(engine: Engine, run_id: str) -> bool:
@@ -521,3 +607,54 @@ def _sweep_dockerd(label: str, entry: dict[str, Any], report: SweepReport, *, dr
     if not (daemons.NETNS_DIR / paths.netns).exists():  # its testbed host is gone: so is the use of its image cache
         for kind, names in daemons.remove_dockerd_state(paths, dry_run=dry_run).items():
             report.add(kind, *names)
+
+
+# -------------------------------------------------------------- discovery
+def discover_runs() -> dict[str, list[dict[str, Any]]]:
+    """Run labels with containers or networks on this machine's engines, and ctr runs folders on the local
+    testbeds' hosts: what runs that left no state file may have left."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for engine in _local_engines():
+        try:
+            held = run_labels(engine)
+        except DlinfraError:
+            continue
+        for label in {*held["containers"].values(), *held["networks"].values()}:
+            found.setdefault(label, []).append({"kind": "engine", **engine_where(engine)})
+    for folder in _testbed_runs_folders():
+        found.setdefault(folder.name, []).append({"kind": "folder", "path": str(folder), "via": []})
+    return {label: entries for label, entries in found.items() if _valid_label(label)}
+
+
+def _valid_label(label: str) -> bool:
+    try:
+        check_label(label)
+    except DlinfraError:
+        return False
+    return True
+
+
+def _local_engines() -> Iterable[Engine]:
+    """This machine's docker and podman, and every per-namespace dockerd dlinfra started that answers."""
+    if Path(daemons.DEFAULT_SOCKET).exists() and daemons._answers(daemons.DEFAULT_SOCKET):
+        yield Engine("docker", host="localhost", timeout=60)
+    if shutil.which("podman"):
+        yield Engine("podman", host="localhost", timeout=60)
+    run_base, _lib = daemons._state_base()
+    for sock in sorted(run_base.glob("docker-*.sock")):
+        netns = sock.name.removeprefix("docker-").removesuffix(".sock")
+        if daemons._answers(str(sock)):
+            yield Engine("docker", host=netns, socket=str(sock), netns=netns, timeout=60)
+
+
+def _testbed_runs_folders() -> list[Path]:
+    """``HOME/ctr/RUN_ID`` folders of the local testbeds' hosts (the ctr layer's runs folders)."""
+    from dlinfra.testbed.local import all_testbeds
+
+    folders = []
+    for st in all_testbeds():
+        for host in st.hosts:
+            ctr = Path(host.home) / "ctr"
+            if ctr.is_dir():
+                folders += [p for p in sorted(ctr.iterdir()) if p.is_dir()]
+    return folders

@@ -26,7 +26,7 @@ from dlinfra.images.rootfs import RootfsSpec, build_rootfs
 from dlinfra.orchestration.progress import note
 
 if TYPE_CHECKING:
-    from dlinfra.orchestration.wheelhouse import Wheelhouse
+    from dlinfra.images.wheelhouse import Wheelhouse
 
 IMAGE_FORMAT_VERSION = 5  # bump when the customisation below changes: a new cache entry is built
 GUEST_PACKAGES = (

@@ -1,4 +1,4 @@
-"""The ``vm`` layer as the run engine sees it: one :class:`LibvirtProvider` per inventory host that carries vm.
+"""The ``libvirt`` provider of the ``vm`` layer: one :class:`LibvirtProvider` per inventory host that carries vm.
 
 Why a layer over the provider: the provider drives one hypervisor (one libvirt
 URI); a campaign names inventory hosts. This module maps each host to its URI
@@ -13,13 +13,19 @@ host's guests, even when one host failed to come up.
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from dlinfra.errors import SpecError
+from dlinfra.errors import DlinfraError, SpecError
 from dlinfra.inventory import InventoryHost
 from dlinfra.orchestration.progress import phase
-from dlinfra.providers.base import LayerSpec, Target
-from dlinfra.providers.libvirt.provider import LibvirtProvider
+from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.providers.libvirt.provider import PROVIDER_OPTIONS, LibvirtProvider
+from dlinfra.providers.libvirt.spec import GUEST_FIELDS, GuestSpec
+from dlinfra.providers.libvirt.sweeping import discover_libvirt_runs, sweep_libvirt_run
+
+if TYPE_CHECKING:
+    from dlinfra.orchestration.sweep import SweepReport
 
 
 def libvirt_uri(host: InventoryHost, default: str | None = None) -> str:
@@ -41,79 +47,91 @@ def libvirt_uri(host: InventoryHost, default: str | None = None) -> str:
     )
 
 
-class LibvirtLayer:
+class LibvirtVmProvider(Provider):
     """Guests on every inventory host that carries ``vm``; ``down`` removes them all."""
 
-    layer = "vm"
+    name = "libvirt"
+    layers: ClassVar[Mapping[str, str | None]] = {"vm": None}
+    options: ClassVar[Mapping[str, str]] = {
+        **{key: "see docs/vm.md" for key in sorted(PROVIDER_OPTIONS)},
+        **{key: "a guest field, the default of every guest (see docs/vm.md)" for key in sorted(GUEST_FIELDS)},
+        "guests": "list of guests per host (default one, vm1), each with the guest fields",
+    }
 
-    def __init__(self) -> None:
+    def __init__(self, layer: str = "vm") -> None:
+        super().__init__(layer)
         self.providers: list[LibvirtProvider] = []
-        self.targets: list[Target] = []
+        self._hosts: list[InventoryHost] = []
+        self._image: Any = None
 
-    def up(self, spec: LayerSpec) -> list[Target]:
-        if self.targets:
-            return self.targets
-        hosts = [h for h in spec.hosts if "vm" in h.layers]
-        if not hosts:
+    @classmethod
+    def validate(cls, layer: str, options: Mapping[str, Any], where: str) -> None:
+        super().validate(layer, options, where)
+        guests = options.get("guests")
+        if guests is not None and (not isinstance(guests, list) or not all(isinstance(g, dict) for g in guests)):
+            raise SpecError(f"{where}.guests: must be a list of mappings", "e.g. guests: [{name: vm1}]")
+        defaults = {k: v for k, v in options.items() if k in GUEST_FIELDS and k != "name"}
+        for i, guest in enumerate(guests or [{"name": "vm1"}]):  # every value checked as a guest will use it
+            GuestSpec.from_dict({**defaults, **guest}, f"{where}.guests[{i}]")
+
+    @classmethod
+    def targets_per_host(cls, options: Mapping[str, Any]) -> int:
+        guests = options.get("guests")
+        return len(guests) if isinstance(guests, list) and guests else 1
+
+    def create_dependencies(self, spec: LayerSpec) -> None:
+        """Every hypervisor answers, then the guest image is built (once, cached by its inputs)."""
+        self._hosts = [h for h in spec.hosts if self.layer in h.layers]
+        if not self._hosts:
             raise SpecError(f"inventory {spec.inventory} has no host that carries layer vm", "add vm to dlinfra_layers")
-        options = dict(spec.options)
-        default_uri = options.pop("uri", None)
-        uris = {h.name: libvirt_uri(h, default_uri) for h in hosts}  # every host checked before any guest exists
-        self.providers = [LibvirtProvider(uris[h.name], physical_host=h.name) for h in hosts]
-        try:
-            for provider in self.providers:
-                provider.conn  # noqa: B018 - every hypervisor answers before minutes go into an image
-            image = None if options.get("cloud_image") else self._image(spec)
-            for host, provider in zip(hosts, self.providers, strict=True):
-                provider.image = image
-                host_options = {**options, "guests": _guests_for(host, options, len(hosts))}
-                with phase(f"vm: guests on {host.name}", f"boot timeout {options.get('boot_timeout', 300)} s"):
-                    layer_spec = LayerSpec("vm", [host], spec.inventory, host_options, spec.artifacts_dir)
-                    self.targets += provider.up(layer_spec)
-        except BaseException:
-            self.down()
-            raise
-        for target in self.targets:
-            target.details = {k: target.facts[k] for k in _DETAILS if k in target.facts}
-        return self.targets
+        default_uri = spec.options.get("uri")
+        uris = {h.name: libvirt_uri(h, default_uri) for h in self._hosts}  # every host checked before any guest
+        self.providers = [LibvirtProvider(uris[h.name], physical_host=h.name) for h in self._hosts]
+        for provider in self.providers:
+            provider.conn  # noqa: B018 - every hypervisor answers before minutes go into an image
+        self._image = None if spec.options.get("cloud_image") else self._build_image(spec)
+
+    def create(self, spec: LayerSpec) -> list[Target]:
+        options = {k: v for k, v in spec.options.items() if k not in ("uri", "provider")}
+        targets: list[Target] = []
+        for host, provider in zip(self._hosts, self.providers, strict=True):
+            provider.image = self._image
+            host_options = {**options, "guests": _guests_for(host, options, len(self._hosts))}
+            with phase(f"vm: guests on {host.name}", f"boot timeout {options.get('boot_timeout', 300)} s"):
+                targets += provider.up(LayerSpec("vm", [host], spec.inventory, host_options, spec.artifacts_dir))
+        for target in targets:
+            target.groups = list(next(h.groups for h in self._hosts if h.name == target.physical_host))
+        return targets
 
     @staticmethod
-    def _image(spec: LayerSpec) -> Any:
+    def _build_image(spec: LayerSpec) -> Any:
         """The guest image with the campaign's payload baked in (and the ctr-vm image when stacked)."""
-        from dlinfra.orchestration.wheelhouse import build_wheelhouse
         from dlinfra.providers.libvirt.image import build_guest_image
 
-        wheelhouse = spec.wheelhouse or build_wheelhouse()
+        if spec.wheelhouse is None:
+            raise DlinfraError("layer vm: LayerSpec.wheelhouse is required (the campaign builds it once)")
         docker_image = None
         if "ctr-vm" in spec.stacked:
             with phase("vm: payload image for ctr-vm"):
-                docker_image = _payload_docker_image(wheelhouse)
+                docker_image = _payload_docker_image(spec.wheelhouse)
         with phase("vm: guest image", "built once, then cached by its inputs"):
-            return build_guest_image(payload=wheelhouse, docker_image=docker_image)
+            return build_guest_image(payload=spec.wheelhouse, docker_image=docker_image)
 
-    def down(self) -> None:
+    def delete(self) -> None:
         for provider in self.providers:
             try:
                 provider.down()
             finally:
                 provider.close()
         self.providers = []
-        self.targets = []
 
+    @classmethod
+    def sweep(cls, label: str, objects: list[dict[str, Any]], report: SweepReport) -> None:
+        sweep_libvirt_run(label, objects, report)
 
-#: Target facts every vm record carries (what the guest was, and where its vCPUs ran).
-_DETAILS = (
-    "domain",
-    "virt_type",
-    "kvm_refused",  # why KVM did not start the guest, when emulation: allow fell back to TCG
-    "vcpus",
-    "host_cpuset",
-    "emulator_cpuset",
-    "numa_node",
-    "hugepages",
-    "pci_devices",
-    "boot_to_ssh_s",
-)
+    @classmethod
+    def discover(cls) -> dict[str, list[dict[str, Any]]]:
+        return discover_libvirt_runs()
 
 
 def _guests_for(host: InventoryHost, options: dict[str, Any], host_count: int) -> list[dict[str, Any]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
-import shlex
 import shutil
 import socket
 import subprocess
@@ -384,8 +383,8 @@ class LibvirtProvider:
         for target, (_guest, plan) in zip(targets, plans, strict=True):
             booted = self._boot(target, plan)
             target.emulated = booted.emulated
-            target.facts.update(virt_type=booted.virt_type, kvm_refused=booted.kvm_refused)
-            target.facts["boot_to_ssh_s"] = round(time.monotonic() - boot_started, 1)
+            target.details.update(virt_type=booted.virt_type, kvm_refused=booted.kvm_refused)
+            target.details["boot_to_ssh_s"] = round(time.monotonic() - boot_started, 1)
         self.timings["boot_to_ssh_s"] = round(time.monotonic() - boot_started, 1)
         self.targets = targets
         return targets
@@ -477,10 +476,9 @@ class LibvirtProvider:
             emulated=plan.emulated,
             home=".dlinfra",
             base_python="python3",
-            facts={
-                "hypervisor": self.uri,
+            ansible_python="/usr/bin/python3",
+            details={  # what every vm record carries: what the guest was, and where its vCPUs ran
                 "domain": plan.domain_name,
-                "run_label": self.run_label,
                 "virt_type": plan.virt_type,
                 "kvm_refused": plan.kvm_refused,
                 "vcpus": guest.vcpus,
@@ -492,7 +490,6 @@ class LibvirtProvider:
                     {"address": str(d.address), "vendor": d.vendor, "product": d.product, "iommu_group": d.iommu_group}
                     for d in devices
                 ],
-                "ansible_python_interpreter": "/usr/bin/python3",
             },
         )
 
@@ -586,26 +583,8 @@ def _disk_format(path: Path) -> str:
 
 
 def ssh_argv(target: Target, command: list[str]) -> list[str]:
-    """ssh argument list for ``target`` with strict host key checking against its known_hosts file."""
-    argv = [
-        "ssh",
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        "StrictHostKeyChecking=yes",
-        "-o",
-        "ConnectTimeout=10",
-        "-o",
-        "LogLevel=ERROR",
-        "-p",
-        str(target.port),
-    ]
-    if target.known_hosts:
-        argv += ["-o", f"UserKnownHostsFile={target.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null"]
-    if target.key_file:
-        argv += ["-o", "IdentitiesOnly=yes", "-i", target.key_file]
-    # ssh hands the remote side one string for its shell: quote every word, never paste raw values.
-    return [*argv, f"{target.user}@{target.address}", "--", shlex.join(command)]
+    """OpenSSH argv for ``target`` with strict host key checking against its known_hosts file."""
+    return target.ssh.argv(command)
 
 
 def sweep(

@@ -1,0 +1,1 @@
+"""The ``ssh`` provider: existing inventory hosts, reached over SSH (the ``bm`` layer)."""

@@ -1,0 +1,171 @@
+"""SSH, the one place that builds SSH connections and command lines, with host keys always checked.
+
+Why one place: fabric's default accepts unknown host keys (``AutoAddPolicy``)
+and reads the user's ``~/.ssh/config``; OpenSSH and Ansible each take their
+own flags. Every dlinfra connection instead rejects unknown keys, reads only
+the target's own known_hosts and behaves the same for every user, whichever of
+the three carries it: :func:`connect` (fabric, for the run engine),
+:meth:`SshEndpoint.argv` (OpenSSH, for engines driven over SSH and boot
+probes) and :meth:`SshEndpoint.ansible_vars` (Ansible). Remote commands are
+built from argument lists with each argument quoted (:func:`remote_command`),
+never from strings.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import paramiko
+from fabric import Config, Connection
+
+from dlinfra.errors import TargetError
+from dlinfra.transport.base import CommandResult, LinkLost, Transport
+
+
+def remote_command(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
+    """One remote command line from an argument list; every piece is quoted, values never parsed by a shell."""
+    prefix = ["env", *(f"{k}={v}" for k, v in (env or {}).items())] if env else []
+    return shlex.join([*prefix, *argv])
+
+
+@dataclass(frozen=True)
+class SshEndpoint:
+    """Where and as whom SSH goes, and which key and known_hosts file it uses."""
+
+    name: str
+    address: str
+    port: int = 22
+    user: str = "root"
+    key_file: str | None = None
+    known_hosts: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"host {self.name} ({self.user}@{self.address}:{self.port})"
+
+    def known_hosts_path(self) -> Path:
+        return Path(self.known_hosts).expanduser() if self.known_hosts else Path.home() / ".ssh" / "known_hosts"
+
+    def argv(self, command: Sequence[str] | None = None, *, connect_timeout: int = 10) -> list[str]:
+        """The OpenSSH argv reaching this endpoint (strict host key checking), then ``command`` quoted."""
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"]
+        argv += ["-o", f"ConnectTimeout={connect_timeout}", "-o", "LogLevel=ERROR", "-p", str(self.port)]
+        if self.known_hosts:
+            argv += ["-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null"]
+        if self.key_file:
+            argv += ["-o", "IdentitiesOnly=yes", "-i", self.key_file]
+        argv.append(f"{self.user}@{self.address}")
+        if command is None:
+            return argv
+        # ssh hands the remote side one string for its shell: quote every word, never paste raw values.
+        return [*argv, "--", shlex.join(command)]
+
+    def ansible_vars(self) -> dict[str, Any]:
+        """Inventory variables that make Ansible reach this endpoint exactly as :func:`connect` does."""
+        args = ["-o StrictHostKeyChecking=yes"]
+        if self.known_hosts:
+            args.insert(0, f"-o UserKnownHostsFile={self.known_hosts}")
+        hv: dict[str, Any] = {
+            "ansible_host": self.address,
+            "ansible_port": self.port,
+            "ansible_user": self.user,
+            "ansible_ssh_common_args": " ".join(args),
+        }
+        if self.key_file:
+            hv["ansible_ssh_private_key_file"] = self.key_file
+        return hv
+
+
+def connect(endpoint: SshEndpoint, timeout: float = 10.0) -> Connection:
+    """An open fabric connection; errors name the host and say what to do."""
+    config = Config(overrides={"load_ssh_configs": False, "run": {"in_stream": False}})
+    connect_kwargs: dict[str, object] = {"allow_agent": False, "look_for_keys": endpoint.key_file is None}
+    if endpoint.key_file:
+        connect_kwargs["key_filename"] = [endpoint.key_file]
+    conn = Connection(
+        host=endpoint.address,
+        user=endpoint.user,
+        port=endpoint.port,
+        config=config,
+        connect_timeout=timeout,
+        connect_kwargs=connect_kwargs,
+    )
+    conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    known = endpoint.known_hosts_path()
+    if known.exists():
+        conn.client.load_host_keys(str(known))
+    where = endpoint.where
+    try:
+        conn.open()
+    except paramiko.BadHostKeyException:
+        raise TargetError(
+            f"{where}: host key does not match {known}", "someone may be intercepting; check the key and update it"
+        ) from None
+    except paramiko.AuthenticationException:
+        raise TargetError(f"{where}: SSH authentication failed", "check ansible_user and the private key") from None
+    except paramiko.SSHException as exc:
+        if "known_hosts" in str(exc) or "not found in" in str(exc):
+            raise TargetError(
+                f"{where}: host key is not in {known}",
+                "add it (ssh-keyscan, checked by hand) or set dlinfra_known_hosts",
+            ) from None
+        raise TargetError(f"{where}: SSH failed: {exc}") from None
+    except (TimeoutError, OSError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise TargetError(f"{where} is unreachable: {reason}", "is the host up and its sshd running?") from None
+    transport = conn.client.get_transport()
+    if transport is not None:
+        transport.set_keepalive(5)
+    return conn
+
+
+class SshTransport(Transport):
+    """A target over one persistent SSH connection (fabric): commands on channels, files over SFTP."""
+
+    def __init__(self, endpoint: SshEndpoint, timeout: float = 10.0) -> None:
+        self.endpoint = endpoint
+        self.name = endpoint.name
+        self.conn = connect(endpoint, timeout)
+
+    def run(
+        self, argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        try:
+            result = self.conn.run(remote_command(argv, env), hide=True, warn=True, in_stream=False, timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - paramiko/invoke raise many kinds on a dead link
+            raise LinkLost(self.name, _describe(exc)) from None
+        return CommandResult(result.exited if result.exited is not None else -1, result.stdout, result.stderr)
+
+    def read(self, path: str) -> bytes:
+        try:
+            with self.conn.sftp().open(path, "r") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - sftp on a dead link
+            raise LinkLost(self.name, f"cannot read {path}: {_describe(exc)}") from None
+
+    def put(self, local: str, remote: str) -> None:
+        try:
+            self.conn.put(local, remote)
+        except Exception as exc:  # noqa: BLE001 - sftp on a dead link
+            raise LinkLost(self.name, f"cannot write {remote}: {_describe(exc)}") from None
+
+    def alive(self) -> bool:
+        link = self.conn.client.get_transport()
+        return link is not None and link.is_active()
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:  # noqa: BLE001, S110 - closing a dead connection may raise anything
+            pass
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
