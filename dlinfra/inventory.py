@@ -47,7 +47,6 @@ KNOWN_VARS: dict[str, str] = {
     "dlinfra_memory_bytes": "memory the payload may use (informational; default: the host's)",
     "dlinfra_netns": "network namespace of a local testbed host (set by 'dlinfra testbed')",
     "dlinfra_emulated": "true when the target is emulated (QEMU TCG): its timings are not comparable",
-    "dlinfra_container_engine": "docker (default) or podman: the engine of this host's ctr targets",
     "dlinfra_libvirt_uri": "libvirt URI of this host's hypervisor for the vm layer (qemu:///system when local)",
 }
 
@@ -198,9 +197,6 @@ def _validate_vars(who: str, hostvars: dict[str, Any], source: str) -> None:
         elif key == "dlinfra_memory_bytes":
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1 << 50:
                 problem = "must be a positive integer (bytes, at most 1 PiB)"
-        elif key == "dlinfra_container_engine":
-            if value not in ("docker", "podman"):
-                problem = "must be docker or podman"
         elif key in ("dlinfra_home", "dlinfra_python", "dlinfra_known_hosts", "dlinfra_netns", "dlinfra_libvirt_uri"):
             if not isinstance(value, str) or not value or len(value) > 4096 or not value.isprintable():
                 problem = "must be a non-empty string"

@@ -15,11 +15,13 @@ Examples:
   sudo dlinfra sweep                      # every dead run's containers, daemons, guests, folders...
   sudo dlinfra sweep --dry-run            # list them, remove nothing
   sudo dlinfra sweep --run 3f9a1c2e       # one run (a ctr run_id, or a vm label like r1a2b3c4d)
+  sudo dlinfra sweep --campaign demo-20261124T101500Z   # what a crashed 'dlinfra run' of it left
   sudo dlinfra sweep --testbed            # and every local testbed, as 'dlinfra testbed down'
   sudo dlinfra sweep --testbed ci         # and the testbed named ci (even one whose state folder is lost)
 """
 )
 @click.option("--run", "run_label", metavar="LABEL", default=None, help="Only this run (its ctr run_id or vm label).")
+@click.option("--campaign", metavar="ID", default=None, help="Only the dead runs of this campaign's 'dlinfra run'.")
 @click.option(
     "--all",
     "all_runs",
@@ -36,7 +38,7 @@ Examples:
     metavar="[NAME]",
     help="Also take down every local testbed (or testbed NAME), with what runs on it, as 'testbed down'.",
 )
-def sweep(run_label: str | None, all_runs: bool, dry_run: bool, testbed: str | None) -> int:
+def sweep(run_label: str | None, campaign: str | None, all_runs: bool, dry_run: bool, testbed: str | None) -> int:
     """Find and remove every object of dlinfra runs whose controller is gone.
 
     A run claims its label before it creates anything and holds that claim while it lives, so
@@ -45,10 +47,10 @@ def sweep(run_label: str | None, all_runs: bool, dry_run: bool, testbed: str | N
     """
     from dlinfra.orchestration.sweep import sweep as do_sweep
 
-    if run_label and all_runs:
-        raise click.UsageError("give --run LABEL or --all, not both")
+    if sum(bool(x) for x in (run_label, campaign, all_runs)) > 1:
+        raise click.UsageError("give one of --run LABEL, --campaign ID or --all")
     include: bool | str = False if testbed is None else (True if testbed == "*" else testbed)
-    report = do_sweep(run_label, include_testbed=include, dry_run=dry_run)
+    report = do_sweep(run_label, campaign=campaign, include_testbed=include, dry_run=dry_run)
     for message in report.skipped:
         console.print(f"kept: {escape(message)}")
     if report.empty:

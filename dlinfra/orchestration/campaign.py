@@ -31,6 +31,7 @@ from dlinfra.orchestration.cells import Cell, expand, plan
 from dlinfra.orchestration.deploy import deploy, verify_identities
 from dlinfra.orchestration.launch import CellRun, Launcher
 from dlinfra.orchestration.progress import current_console, phase, say, use_console
+from dlinfra.orchestration.runs_registry import set_campaign
 from dlinfra.orchestration.spec import CampaignSpec, RunInput
 from dlinfra.orchestration.sweep import sweep_dead_runs
 from dlinfra.providers.base import LayerSpec, Provider, Target
@@ -302,6 +303,7 @@ def run_campaign(
     use_console(None if quiet else console)
     spec, inventory_path, hosts = checked.spec, checked.inventory_path, checked.hosts
     cid = _resolve_campaign_id(store, spec, campaign_id, resume)
+    set_campaign(cid)  # every run label a provider claims from now on says whose it is (dlinfra sweep --campaign)
     store.add_campaign(cid, spec.name, spec.raw)  # now: a controller killed during bring-up leaves one to resume
     say(f"campaign [bold]{cid}[/bold]: layers {', '.join(spec.layers)}; inventory {inventory_path}")
     artifacts = Path(artifacts) if artifacts else Path("artifacts") / cid

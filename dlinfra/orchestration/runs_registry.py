@@ -59,6 +59,8 @@ class RunInfo:
     label: str
     path: Path
     pid: int | None = None
+    #: The campaign whose ``dlinfra run`` made this run's objects, when one did.
+    campaign: str | None = None
     host: str | None = None
     created_utc: str | None = None
     objects: list[dict[str, Any]] = field(default_factory=list)
@@ -85,6 +87,13 @@ class _Held:
 _HELD: dict[str, _Held] = {}
 #: Dead runs' labels whose files this process has locked to sweep them (not live, though locked).
 _TAKEN: set[str] = set()
+#: The campaign this process runs (``dlinfra run``): recorded in every claim, for ``dlinfra sweep --campaign``.
+_CAMPAIGN: list[str] = []
+
+
+def set_campaign(campaign_id: str | None) -> None:
+    """Record ``campaign_id`` in every claim this process makes from now on (None: stop)."""
+    _CAMPAIGN[:] = [campaign_id] if campaign_id else []
 
 
 def _forget_in_child() -> None:
@@ -152,6 +161,7 @@ def _info(label: str, path: Path, data: dict[str, Any]) -> RunInfo:
         label=label,
         path=path,
         pid=pid if isinstance(pid, int) else None,
+        campaign=data.get("campaign") if isinstance(data.get("campaign"), str) else None,
         host=data.get("host") if isinstance(data.get("host"), str) else None,
         created_utc=data.get("created_utc") if isinstance(data.get("created_utc"), str) else None,
         objects=[o for o in objects if isinstance(o, dict)] if isinstance(objects, list) else [],
@@ -239,6 +249,8 @@ def claim(label: str, kind: str, *, wait_s: float = 60.0, **where: Any) -> RunCl
                 "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
                 "objects": [o for o in old.get("objects", []) if isinstance(o, dict)],
             }
+            if _CAMPAIGN:
+                data["campaign"] = _CAMPAIGN[0]
             if old.get("pid"):
                 data["taken_over_from_pid"] = old.get("pid")
             _write(fd, data)

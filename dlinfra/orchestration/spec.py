@@ -48,7 +48,7 @@ TOP_FIELDS = {
     "steps": "measured steps (>= 1)",
     "cell_timeout": "seconds one cell may take, all processes (> 0)",
     "peer_timeout": "seconds a distributed process waits for a silent peer",
-    "layer_options": "per-layer provider options, e.g. {vm: {vcpus: 2}}",
+    "layer_options": "per-layer provider and its options, e.g. {vm: {provider: libvirt, vcpus: 2}}",
 }
 WORKLOAD_FIELDS = {"name", "workload", "hosts", "layers", "matrix"}
 MATRIX_KEYS = {

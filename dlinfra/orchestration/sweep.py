@@ -96,12 +96,15 @@ class SweepReport:
 def sweep(
     run_label: str | None = None,
     *,
+    campaign: str | None = None,
     include_testbed: bool | str = False,
     dry_run: bool = False,
     discover: bool = True,
 ) -> SweepReport:
     """Remove every object of dead dlinfra runs (or of run ``run_label`` only, unless it is alive).
 
+    ``campaign``: only the dead runs a ``dlinfra run`` of that campaign recorded (no discovery: objects
+    found by label do not say their campaign).
     ``discover``: also look for labelled objects of runs that left no state file.
     ``include_testbed``: also take down every local testbed (``True``) or the one of that name (as
     ``dlinfra testbed down``), with what ran on it. ``dry_run``: list, remove nothing.
@@ -109,8 +112,8 @@ def sweep(
     report = SweepReport(dry_run=dry_run)
     if run_label is not None:
         check_label(run_label)
-    recorded = {info.label: info.objects for info in dead_runs()}
-    found = _discover(run_label) if discover else {}
+    recorded = {info.label: info.objects for info in dead_runs() if campaign is None or info.campaign == campaign}
+    found = _discover(run_label) if discover and campaign is None else {}
     labels = sorted((set(recorded) | set(found)) if run_label is None else {run_label})
     for label in labels:
         _sweep_run(label, found.get(label, []), report)

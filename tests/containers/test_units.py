@@ -138,15 +138,15 @@ def test_provider_options_are_checked_before_anything_starts(tmp_path) -> None:
     def check(**kw):
         DockerProvider.validate("ctr", kw, "c.yml:3: layer_options.ctr")
 
-    with pytest.raises(DlinfraError, match="c.yml:3: layer_options.ctr: unknown option\\(s\\) cpuset_cpus"):
+    with pytest.raises(DlinfraError, match=r"c.yml:3: layer_options.ctr: unknown option\(s\) cpuset_cpus"):
         check(cpuset_cpus="0")
-    with pytest.raises(DlinfraError, match="layer_options.ctr.placement: 'multiple' is not known"):
+    with pytest.raises(DlinfraError, match=r"layer_options.ctr.placement: 'multiple' is not known"):
         check(placement="multiple")
-    with pytest.raises(DlinfraError, match="layer_options.ctr: placement single runs one process per host"):
+    with pytest.raises(DlinfraError, match=r"layer_options.ctr: placement single runs one process per host"):
         check(placement="single", processes_per_host=2)
-    with pytest.raises(DlinfraError, match="layer_options.ctr.port_base: 'x' must be a non-negative integer"):
+    with pytest.raises(DlinfraError, match=r"layer_options.ctr.port_base: 'x' must be a non-negative integer"):
         check(port_base="x")
-    with pytest.raises(DlinfraError, match="engine is now the provider.*provider: podman"):
+    with pytest.raises(DlinfraError, match=r"engine is now the provider.*provider: podman"):
         check(engine="podman")
     provider = DockerProvider("ctr")
     assert provider._options(

@@ -220,8 +220,11 @@ def test_sigkill_during_a_ctr_cell_then_sweep_leaves_nothing(testbed_one, tmp_pa
     recorded = json.loads(state_file.read_text())
     assert {"ctr", "engine", "dockerd", "folder"} <= {o["kind"] for o in recorded["objects"]}
 
-    if how == "sweep":
-        swept = run_cli("sweep", "--run", run_id, timeout=300)
+    if how == "sweep":  # by the campaign the crashed `dlinfra run` recorded (another campaign's runs are kept)
+        assert recorded["campaign"].startswith("sweep-ctr-")
+        other = run_cli("sweep", "--campaign", "sweep-ctr-19990101T000000Z", timeout=300)
+        assert other.returncode == 0 and "nothing to sweep" in other.stdout and state_file.exists()
+        swept = run_cli("sweep", "--campaign", recorded["campaign"], timeout=300)
         assert swept.returncode == 0, swept.stdout + swept.stderr
         # (no "mounts" row needed: removing the container and stopping its dockerd unmount them; checked below)
         for kind in ("containers", "networks", "images", "daemons", "run folders", "state files"):

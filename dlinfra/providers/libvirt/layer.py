@@ -72,7 +72,13 @@ class LibvirtVmProvider(Provider):
             raise SpecError(f"{where}.guests: must be a list of mappings", "e.g. guests: [{name: vm1}]")
         defaults = {k: v for k, v in options.items() if k in GUEST_FIELDS and k != "name"}
         for i, guest in enumerate(guests or [{"name": "vm1"}]):  # every value checked as a guest will use it
-            GuestSpec.from_dict({**defaults, **guest}, f"{where}.guests[{i}]")
+            at = f"{where}.guests[{i}]"
+            try:
+                GuestSpec.from_dict({**defaults, **guest}, at)
+            except SpecError as exc:
+                raise SpecError(
+                    exc.message if exc.message.startswith(at) else f"{at}: {exc.message}", exc.hint
+                ) from None
 
     @classmethod
     def targets_per_host(cls, options: Mapping[str, Any]) -> int:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from dlinfra.errors import TargetError
+from dlinfra.errors import SpecError, TargetError
 from dlinfra.inventory import InventoryHost, check_resolvable, match_pattern
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.transport import SshTransport
@@ -75,6 +75,13 @@ class SshProvider(Provider):
     options: ClassVar[Mapping[str, str]] = {
         "hosts": "host patterns (names, groups, group[i]) of the inventory hosts to use; default: all that carry bm",
     }
+
+    @classmethod
+    def validate(cls, layer: str, options: Mapping[str, Any], where: str) -> None:
+        super().validate(layer, options, where)
+        hosts = options.get("hosts")
+        if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts)):
+            raise SpecError(f"{where}.hosts: must be a list of host patterns (names, groups, all[0])")
 
     def create(self, spec: LayerSpec) -> list[Target]:
         hosts = [h for h in spec.hosts if self.layer in h.layers]

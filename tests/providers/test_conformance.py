@@ -1,0 +1,236 @@
+"""The provider conformance suite: every provider dlinfra ships passes the same checks, on real components.
+
+For each provider (ssh on a local-testbed host, docker and podman on it, libvirt guests on this machine):
+``validate`` refuses bad options before anything is built; ``up`` gives targets whose payload reports the
+campaign's payload hash; a second ``up`` changes nothing; ``down`` leaves nothing the provider can find
+(its own ``discover``, by label); a controller SIGKILLed in the middle of ``up`` leaves objects that
+``sweep`` then removes, each checked to be there first. Adding a provider means adding a :class:`Case`:
+:func:`test_every_shipped_provider_has_a_case` fails until it is.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import need, need_binary, need_module
+
+from dlinfra.errors import SpecError
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+
+@dataclass(frozen=True)
+class Case:
+    """How to exercise one provider: its layer, good options, options it must refuse, and what it needs."""
+
+    provider: str
+    layer: str
+    options: dict[str, Any]
+    #: (options, a regex the refusal must match): each must fail validate(), naming the key.
+    refused: list[tuple[dict[str, Any], str]]
+    needs: Callable[[], None]
+    #: Whether the payload has to be deployed (else it came with the target's image and is only checked).
+    deploy: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _need_testbed() -> None:
+    need(os.geteuid() == 0, "root (the local testbed makes network namespaces)")
+    for tool in ("sshd", "ip", "ssh-keygen", "ansible-playbook", "unshare"):
+        need_binary(tool)
+
+
+def _need_docker() -> None:
+    _need_testbed()
+    need_binary("dockerd")
+
+
+def _need_podman() -> None:
+    _need_testbed()
+    need_binary("podman")
+
+
+def _need_libvirt() -> None:
+    _need_testbed()
+    for tool in ("libvirtd", "qemu-system-x86_64", "qemu-img"):
+        need_binary(tool)
+    need_module("libvirt")
+
+
+CASES = [
+    Case(
+        "ssh", "bm", {},
+        [({"hosts": "h1"}, r"layer_options.bm: unknown option|hosts"), ({"placement": "pack"}, r"unknown option")],
+        _need_testbed, deploy=True,
+    ),
+    Case(
+        "docker", "ctr", {"network": "host", "placement": "single"},
+        [({"placement": "everywhere"}, r"layer_options.ctr.placement: 'everywhere' is not known"),
+         ({"processes_per_host": 0}, r"processes_per_host: 0 must be a positive integer"),
+         ({"engine": "podman"}, r"engine is now the provider")],
+        _need_docker,
+    ),
+    Case(
+        "podman", "ctr", {"network": "host", "placement": "single"},
+        [({"network": "moon"}, r"layer_options.ctr.network"), ({"cpuset_cpus": "0"}, r"unknown option")],
+        _need_podman,
+    ),
+    Case(
+        "libvirt", "vm", {"vcpus": 1, "memory_mib": 768, "emulation": "allow", "boot_timeout": 900},
+        [({"vcpus": 0}, r"layer_options.vm.guests\[0\].*vcpus"), ({"guests": "vm1"}, r"guests: must be a list"),
+         ({"colour": "red"}, r"unknown option\(s\) colour")],
+        _need_libvirt,
+    ),
+]  # fmt: skip
+IDS = [f"{c.provider}-{c.layer}" for c in CASES]
+
+
+def test_every_shipped_provider_has_a_case() -> None:
+    shipped = {
+        ep.name for ep in importlib.metadata.entry_points(group="dlinfra.providers") if ep.value.startswith("dlinfra.")
+    }
+    assert shipped == {c.provider for c in CASES}, "add a Case for every provider dlinfra registers"
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_validate_refuses_bad_options_before_anything_is_built(case: Case) -> None:
+    from dlinfra.providers.registry import provider_class
+
+    cls = provider_class(case.provider)
+    cls.validate(case.layer, case.options, f"c.yml:7: layer_options.{case.layer}")  # the good ones pass
+    for options, message in case.refused:
+        with pytest.raises(SpecError, match=message):
+            cls.validate(case.layer, options, f"c.yml:7: layer_options.{case.layer}")
+    with pytest.raises(SpecError, match="cannot provide layer"):
+        cls("no-such-layer")
+
+
+# ------------------------------------------------------------------ the live part
+@pytest.fixture(scope="module")
+def testbed() -> Iterator[Any]:
+    _need_testbed()
+    from dlinfra.testbed.local import LocalTestbed
+
+    tb = LocalTestbed("dlpc")
+    tb.down()
+    state = tb.up(1)
+    try:
+        yield state
+    finally:
+        tb.down()
+
+
+@pytest.fixture(scope="module")
+def wheelhouse() -> Any:
+    from dlinfra.images.wheelhouse import build_wheelhouse
+
+    return build_wheelhouse()
+
+
+def _spec(case: Case, testbed: Any, wheelhouse: Any, options: dict[str, Any] | None = None) -> Any:
+    from dlinfra.inventory import load_inventory
+    from dlinfra.providers.base import LayerSpec
+
+    hosts = load_inventory(testbed.inventory)
+    return LayerSpec(case.layer, hosts, testbed.inventory, dict(options or case.options), wheelhouse=wheelhouse)
+
+
+def _found(cls: Any, labels: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """What the provider itself finds on this machine of these run labels."""
+    return {label: entries for label, entries in cls.discover().items() if label in labels}
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_up_twice_verify_the_payload_then_down_leaves_nothing(
+    case: Case, testbed: Any, wheelhouse: Any, tmp_path: Path
+) -> None:
+    case.needs()
+    from dlinfra.orchestration.deploy import deploy, verify_identities
+    from dlinfra.orchestration.runs_registry import live_runs
+    from dlinfra.providers.registry import provider_class
+
+    cls = provider_class(case.provider)
+    provider = cls(case.layer)
+    try:
+        targets = provider.up(_spec(case, testbed, wheelhouse))
+        assert targets and all(t.layer == case.layer and t.provider == case.provider for t in targets)
+        labels = {r.label for r in live_runs() if r.pid == os.getpid()}
+        made = _found(cls, labels)
+        assert bool(made) == (case.provider != "ssh"), f"{case.provider} made {made} under {labels}"
+        # The second up is a no-op: the same targets, and nothing new on the machine.
+        assert provider.up(_spec(case, testbed, wheelhouse)) is targets
+        assert _found(cls, labels) == made
+        if case.deploy:
+            deploy(targets, artifacts_dir=tmp_path / "art", wheelhouse=wheelhouse, quiet=True, compile_bytecode=False)
+        found = verify_identities(targets, wheelhouse.payload_hash)  # raises, naming the target, on a mismatch
+        assert {ident["payload_hash"] for ident in found.values()} == {wheelhouse.payload_hash}
+    finally:
+        provider.down()
+    assert provider.targets == []
+    assert _found(cls, labels) == {}, "down leaves nothing its own discover() can find"
+    assert not [r for r in live_runs() if r.label in labels], "and releases its claim"
+
+
+_CONTROLLER = """
+import json, sys, time
+from pathlib import Path
+from dlinfra.images.wheelhouse import build_wheelhouse
+from dlinfra.inventory import load_inventory
+from dlinfra.providers.base import LayerSpec
+from dlinfra.providers.registry import provider_class
+name, layer, inventory, options = sys.argv[1], sys.argv[2], Path(sys.argv[3]), json.loads(sys.argv[4])
+provider = provider_class(name)(layer)
+provider.up(LayerSpec(layer, load_inventory(inventory), inventory, options, wheelhouse=build_wheelhouse()))
+print("up", flush=True)
+time.sleep(900)
+"""
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_sweep_after_sigkill_in_the_middle_of_up_leaves_nothing(case: Case, testbed: Any, tmp_path: Path) -> None:
+    """The controller is killed as soon as the provider has made something (or, for a provider that makes
+    nothing, once up returned); ``sweep`` of its labels then leaves nothing behind and no state file."""
+    case.needs()
+    from dlinfra.orchestration.runs_registry import dead_runs, live_runs
+    from dlinfra.orchestration.sweep import sweep
+    from dlinfra.providers.registry import provider_class
+
+    cls = provider_class(case.provider)
+    log = tmp_path / "controller.log"
+    argv = [case.provider, case.layer, str(testbed.inventory), json.dumps(case.options)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _CONTROLLER, *argv], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    labels: set[str] = set()
+    deadline = time.monotonic() + 900
+    try:
+        while time.monotonic() < deadline:
+            labels |= {r.label for r in live_runs() if r.pid == proc.pid}
+            if (labels and _found(cls, labels)) or b"up\n" in log.read_bytes():
+                break
+            assert proc.poll() is None, f"the controller exited early:\n{log.read_text()[-3000:]}"
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"{case.provider} made nothing within 900 s:\n{log.read_text()[-3000:]}")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    if case.provider != "ssh":
+        assert labels and _found(cls, labels), "the killed controller left objects behind (the check can fail)"
+    for label in labels:
+        report = sweep(label)
+        assert not report.errors, report.errors
+    assert _found(cls, labels) == {}
+    assert not [r for r in dead_runs() if r.label in labels], "no state file left either"
