@@ -1,12 +1,17 @@
 """The host roles, run for real by ansible-playbook against this machine (connection local).
 
-docker_host: dockerd is already answering here, so a run changes nothing. podman_host: run in
---check mode (it would write a containers.conf drop-in on this shared machine). payload_image:
-loads a saved image when its tag is missing, and a second run changes nothing.
+docker_host: dockerd is already answering here, so a run changes nothing; ``absent`` stops only a
+process with exactly the command line the role starts dockerd with (a stand-in with a throwaway
+socket here, never this machine's dockerd). podman_host: run in --check mode, and for real with its
+drop-in folder in a temp dir (never /etc/containers on this shared machine). payload_image: loads a
+saved image when its tag is missing, a second run changes nothing, ``absent`` removes the tag.
+payload: installed into a temp home from a small wheelhouse (psutil + dlinfra), removed, installed again.
+Each ``absent`` and each second ``present`` run reports changed=0.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -14,13 +19,15 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tarfile
+import time
 from pathlib import Path
 
 import pytest
 from support import REPO, need_binary
 
 from dlinfra.providers.containers.engine import Engine
-from dlinfra.providers.containers.image import save_image
+from dlinfra.providers.containers.image import save_image, split_lock
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -60,18 +67,126 @@ def test_podman_host_role_checks_the_runtime(tmp_path: Path, podman: Engine) -> 
 
 
 def test_payload_image_role_loads_only_when_missing(tmp_path: Path, docker: Engine, docker_tiny) -> None:
+    """present loads once; absent removes the tag (and the emptied staging folder); present loads it again."""
     need_binary("ansible-playbook")
     ref = f"dlinfra-roletest-{secrets.token_hex(3)}:1"
     docker.run("tag", docker_tiny.tag, ref)
     tarball = save_image(docker, ref)
+    stage = tmp_path / "stage"
     try:
         docker.run("rmi", ref)
-        extra = {"payload_image_tarball": str(tarball), "payload_image_ref": ref, "payload_image_engine": "docker"}
-        first = _play(tmp_path, "payload_image", {**extra, "payload_image_stage_dir": str(tmp_path / "stage")})
+        extra = {
+            "payload_image_tarball": str(tarball),
+            "payload_image_ref": ref,
+            "payload_image_engine": "docker",
+            "payload_image_stage_dir": str(stage),
+        }
+        first = _play(tmp_path, "payload_image", extra)
         assert first["changed"] >= 1 and docker.exists("image", ref)
-        second = _play(tmp_path, "payload_image", {**extra, "payload_image_stage_dir": str(tmp_path / "stage")})
+        second = _play(tmp_path, "payload_image", extra)
         assert second["changed"] == 0
-        assert not any((tmp_path / "stage").iterdir())  # the staged tarball is removed once loaded
+        assert not any(stage.iterdir())  # the staged tarball is removed once loaded
+
+        gone = _play(tmp_path, "payload_image", {**extra, "payload_image_state": "absent"})
+        assert gone["changed"] >= 1 and not docker.exists("image", ref) and not stage.exists()
+        assert docker.exists("image", docker_tiny.tag)  # only the tag went, not the image it shares
+        assert _play(tmp_path, "payload_image", {**extra, "payload_image_state": "absent"})["changed"] == 0
+
+        back = _play(tmp_path, "payload_image", extra)
+        assert back["changed"] >= 1 and docker.exists("image", ref)
+        assert _play(tmp_path, "payload_image", extra)["changed"] == 0
     finally:
         docker.run("rmi", ref, check=False)
         shutil.rmtree(tarball.parent, ignore_errors=True)  # this throwaway tag's cached tarball
+
+
+def test_podman_host_role_writes_and_removes_its_drop_in(tmp_path: Path, podman: Engine) -> None:
+    """For real, with the drop-in folder in a temp dir: written, removed by absent, written again."""
+    need_binary("ansible-playbook")
+    conf_dir = tmp_path / "containers.conf.d"
+    extra = {"podman_host_install": False, "podman_host_conf_dir": str(conf_dir)}
+    drop_in = conf_dir / "dlinfra.conf"
+    assert _play(tmp_path, "podman_host", extra)["changed"] >= 1
+    assert 'runtime = "runc"' in drop_in.read_text()
+    gone = _play(tmp_path, "podman_host", {**extra, "podman_host_state": "absent"})
+    assert gone["changed"] == 1 and not drop_in.exists()
+    assert _play(tmp_path, "podman_host", {**extra, "podman_host_state": "absent"})["changed"] == 0
+    assert _play(tmp_path, "podman_host", extra)["changed"] == 1 and drop_in.is_file()
+    assert _play(tmp_path, "podman_host", extra)["changed"] == 0
+
+
+def _stand_in(cmdline: str) -> subprocess.Popen[bytes]:
+    """A sleeping process whose command line reads exactly ``cmdline`` (perl rewrites its own)."""
+    proc = subprocess.Popen(["perl", "-e", f"$0 = '{cmdline}'; sleep 600"])
+    for _ in range(100):
+        if Path(f"/proc/{proc.pid}/cmdline").read_bytes().rstrip(b"\0") == cmdline.encode():
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"the stand-in never showed {cmdline!r}")
+
+
+def test_docker_host_absent_stops_only_the_dockerd_it_started(tmp_path: Path, docker: Engine) -> None:
+    """absent stops '/usr/sbin/dockerd --host unix://SOCKET' for its socket only; a second run changes nothing."""
+    need_binary("ansible-playbook")
+    need_binary("perl")
+    socket = str(tmp_path / "dlinfra-test docker.sock")  # a space and a dot: the pattern is escaped
+    started = _stand_in(f"/usr/sbin/dockerd --host unix://{socket}")
+    other_socket = _stand_in(f"/usr/sbin/dockerd --host unix://{socket}.other")
+    other_way = _stand_in(f"dockerd --host unix://{socket}")
+    try:
+        extra = {"docker_host_state": "absent", "docker_host_socket": socket, "docker_host_wait_retries": 10}
+        assert _play(tmp_path, "docker_host", extra)["changed"] == 1
+        assert started.wait(timeout=10) == -15  # SIGTERM
+        assert other_socket.poll() is None and other_way.poll() is None
+        assert _play(tmp_path, "docker_host", extra)["changed"] == 0
+        docker.run("version")  # this machine's dockerd was never touched
+    finally:
+        for proc in (started, other_socket, other_way):
+            proc.kill()
+            proc.wait()
+
+
+def test_payload_role_absent_then_present(tmp_path: Path, tiny_wheelhouse: Path) -> None:
+    """The payload in a temp home: installed, removed (run files kept), removed home, installed, unchanged."""
+    need_binary("ansible-playbook")
+    deps, own = split_lock((tiny_wheelhouse / "requirements.lock").read_text())
+    staged = tmp_path / "wheelhouse"
+    staged.mkdir()
+    (staged / "requirements.lock").write_text("\n".join(deps + own) + "\n")
+    (staged / "dlinfra.lock").write_text("\n".join(own) + "\n")
+    tar = tmp_path / "wheelhouse.tar"
+    with tarfile.open(tar, "w") as out:
+        for path in [*sorted(tiny_wheelhouse.glob("*.whl")), staged / "requirements.lock", staged / "dlinfra.lock"]:
+            out.add(path, arcname=path.name)
+    lock_hash = hashlib.sha256((staged / "requirements.lock").read_bytes()).hexdigest()
+    home = tmp_path / "home"
+    extra = {
+        "payload_home": str(home),
+        "payload_base_python": sys.executable,
+        "payload_wheelhouse_tar": str(tar),
+        "payload_lock_hash": lock_hash,
+        "payload_pip_compile": False,
+    }
+    absent = {"payload_state": "absent", "payload_home": str(home)}  # no wheelhouse needed to remove it
+    venv_python = home / "venv" / "bin" / "python"
+    marker = home / "installed.lock.sha256"
+
+    assert _play(tmp_path, "payload", extra)["changed"] >= 1
+    assert venv_python.exists() and marker.read_text().strip() == lock_hash
+    assert not (home / "wheelhouse").exists()
+
+    (home / "runs").mkdir()
+    (home / "runs" / "r.json").write_text("{}")
+    assert _play(tmp_path, "payload", absent)["changed"] >= 1
+    assert not (home / "venv").exists() and not marker.exists()
+    assert sorted(p.name for p in home.iterdir()) == ["runs"]  # run files are not the role's to remove
+    assert _play(tmp_path, "payload", absent)["changed"] == 0
+
+    shutil.rmtree(home / "runs")
+    assert _play(tmp_path, "payload", absent)["changed"] == 1 and not home.exists()
+
+    assert _play(tmp_path, "payload", extra)["changed"] >= 1
+    check = subprocess.run([str(venv_python), "-c", "import dlinfra.payload, psutil"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    assert _play(tmp_path, "payload", extra)["changed"] == 0
