@@ -15,19 +15,15 @@ from dlinfra.providers.containers.run import (
     Process,
     Resources,
     create_args,
-    format_cpuset,
     gpu_args,
     network_args,
-    parse_cpuset,
     plan_containers,
 )
 
 
-def test_cpuset_round_trip() -> None:
-    assert parse_cpuset("0-2,5") == {0, 1, 2, 5}
-    assert format_cpuset({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
-    with pytest.raises(DlinfraError, match="host h1: cpuset 'a-b' is not a CPU list"):
-        parse_cpuset("a-b", host="h1")
+def test_a_bad_cpuset_is_named_with_its_host() -> None:
+    with pytest.raises(DlinfraError, match="host h1: cpuset 'a-b' is not a CPU set"):
+        Resources(cpuset="a-b").validate("h1")
 
 
 def test_spread_is_one_container_per_process_and_pack_one_per_host() -> None:

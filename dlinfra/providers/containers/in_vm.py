@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from dlinfra.inventory import InventoryHost
+from dlinfra.payload.cpuset import format_cpuset
 from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.containers.provider import ContainerProvider
-from dlinfra.providers.containers.run import format_cpuset
 
 
 def guest_as_host(guest: Target) -> InventoryHost:
