@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from dlinfra import safe_yaml
 from dlinfra.errors import SpecError, TargetError
 from dlinfra.layers import LAYERS
+from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
 from dlinfra.safe_yaml import excerpt, plain
 from dlinfra.secrets import is_secret_name, redact, register_host_vars
 from dlinfra.secrets import register as register_secret
@@ -60,13 +61,11 @@ MAX_TOTAL_BYTES = 16 << 20
 MAX_HOSTS = 10_000
 ANSIBLE_TIMEOUT_S = 60
 MAX_ANSIBLE_OUTPUT = 64 << 20
-MAX_CPU = 8191  # Linux's largest NR_CPUS is 8192
 #: Files Ansible skips in an inventory folder (its IGNORED_ALWAYS and default INVENTORY_IGNORE_EXTS).
 _IGNORED = re.compile(
     r"^\.|^(host_vars|group_vars|vars_plugins)$|(\.pyc|\.pyo|\.swp|\.bak|~|\.rpm|\.md|\.txt|\.rst|\.orig|\.cfg|\.retry)$"
 )
 _PORT = re.compile(r"\d{1,5}", re.ASCII)
-_CPU_RANGE = re.compile(r"(\d+)(?:-(\d+))?", re.ASCII)
 _YAML_SUFFIXES = {".yml", ".yaml", ".json"}
 _RANGE = re.compile(r"\[([0-9A-Za-z]+):([0-9A-Za-z]+)(?::([0-9]+))?\]")
 #: Host names (before Ansible expands ranges) and addresses: nothing a shell or a path could misread.
@@ -96,7 +95,7 @@ class InventoryHost:
 
     @property
     def cpus(self) -> list[int]:
-        return parse_cpus(str(self.vars["dlinfra_cpus"])) if "dlinfra_cpus" in self.vars else []
+        return list(parse_cpuset(self.vars["dlinfra_cpus"])) if "dlinfra_cpus" in self.vars else []
 
     @property
     def layers(self) -> list[str]:
@@ -138,28 +137,6 @@ def match_pattern(pattern: str, items: list[T], names: Callable[[T], set[str]]) 
     return matched
 
 
-def parse_cpus(text: str) -> list[int]:
-    """'0-3,8' -> [0, 1, 2, 3, 8]; raises ValueError on anything else, and on CPU ids past :data:`MAX_CPU`."""
-    if len(text) > 4096:
-        raise ValueError(f"{len(text):,} characters is too long for a CPU list")
-    cpus: list[int] = []
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
-        m = _CPU_RANGE.fullmatch(part)
-        if not m:
-            raise ValueError(f"{excerpt(part, 40)} is not a CPU number or range")
-        a, b = int(m.group(1)), int(m.group(2) or m.group(1))
-        if a > b:
-            raise ValueError(f"range {part} runs backwards")
-        if b > MAX_CPU:
-            raise ValueError(f"CPU {excerpt(b, 20)} is past the largest id Linux allows ({MAX_CPU})")
-        cpus.extend(range(a, b + 1))
-    if not cpus:
-        raise ValueError(f"{excerpt(text, 40)} names no CPUs")
-    return sorted(set(cpus))
-
-
 def _validate_vars(who: str, hostvars: dict[str, Any], source: str) -> None:
     """dlinfra's own variables (and the connection ones it reads) of one host or group; values of other
     variables, passwords among them, are never quoted."""
@@ -185,8 +162,8 @@ def _validate_vars(who: str, hostvars: dict[str, Any], source: str) -> None:
             )
         elif key == "dlinfra_cpus":
             try:
-                parse_cpus(str(value) if not isinstance(value, str) else value)
-            except ValueError as exc:
+                parse_cpuset(value)
+            except CpuSetError as exc:
                 problem = f"must be a CPU list like '0-3,8' ({exc})"
         elif key == "dlinfra_layers":
             if not isinstance(value, list) or any(v not in LAYERS for v in value):

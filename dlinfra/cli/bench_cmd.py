@@ -7,7 +7,6 @@ result and a campaign result come from the same code path and the same record.
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
 import subprocess
@@ -22,8 +21,9 @@ from rich.table import Table
 
 from dlinfra.cli.common import console, store_from
 from dlinfra.errors import DlinfraError
-from dlinfra.inventory import parse_cpus
-from dlinfra.orchestration.spec import FORMATS, INT_BOUNDS, NUMBER_BOUNDS
+from dlinfra.orchestration.spec import INT_BOUNDS, NUMBER_BOUNDS
+from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
+from dlinfra.payload.params import PARAM, PARAMS, Param, to_argv
 from dlinfra.payload.workloads import WORKLOADS
 from dlinfra.record import RecordError, RunRecord, config_hash
 from dlinfra.results.store import CellOutcome
@@ -40,31 +40,17 @@ Examples:
   dlinfra --db team.db bench logreg --data mnist/ --repeats 5
 """
 
-#: option name -> payload flag, for the options passed through when given.
-PASSTHROUGH = {
-    "batch_size": "--batch-size", "warmup_steps": "--warmup-steps", "steps": "--steps", "data": "--data",
-    "cpus": "--cpus", "target_accuracy": "--target-accuracy", "max_steps": "--max-steps",
-    "eval_every": "--eval-every", "image_size": "--image-size", "num_classes": "--num-classes",
-    "size": "--size", "cell": "--cell", "learning_rate": "--learning-rate", "threads": "--threads",
-    "time_s": "--time", "seed": "--seed",
-}  # fmt: skip
 
+def _checked(param: Param) -> Callable[[click.Context, click.Parameter, str | None], object]:
+    """A table parameter's option: converted and bounded as the payload and a campaign spec do it."""
 
-def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    """Click's FloatRange lets NaN through (it fails every comparison); a rate or accuracy of NaN is no number."""
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter(f"{value} is not a finite number", ctx, param)
-    return value
-
-
-def _text(kind: str) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
-    """A string flag checked against the campaign spec's format for the same parameter (``size``, ``data``)."""
-    pattern, what = FORMATS[kind]
-
-    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-        if value is not None and (not pattern.fullmatch(value) or not value.isprintable()):
-            raise click.BadParameter(f"must be {what}, got {excerpt(value)}", ctx, param)
-        return value
+    def check(ctx: click.Context, option: click.Parameter, value: str | None) -> object:
+        if value is None:
+            return None
+        try:
+            return param.from_text(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, option) from None
 
     return check
 
@@ -72,50 +58,32 @@ def _text(kind: str) -> Callable[[click.Context, click.Parameter, str | None], s
 def _cpus(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
         try:
-            parse_cpus(value)
-        except ValueError as exc:
+            parse_cpuset(value)
+        except CpuSetError as exc:
             raise click.BadParameter(f"must be a CPU list like 0-3,8 ({exc})", ctx, param) from None
     return value
 
 
-def _ints(name: str, low: int | None = None) -> click.IntRange:
-    lo, hi = INT_BOUNDS[name]
-    return click.IntRange(lo if low is None else low, hi)
+def _param_options(f: Callable[..., None]) -> Callable[..., None]:
+    """One option per workload parameter of the table (unset: the payload's default, and not in the config)."""
+    for param in reversed(PARAMS):
+        f = click.option(
+            param.flag,
+            param.name,
+            metavar=param.var,
+            callback=_checked(param),
+            help=f"{param.describe()} [{param.scope()}]",
+        )(f)
+    return f
 
 
 @click.command(epilog=EPILOG)
 @click.argument("workload", metavar="WORKLOAD")
-@click.option("--batch-size", type=_ints("batch_size"), help="Examples per step (default: per workload).")
-@click.option("--steps", type=_ints("steps", 0), help="Measured steps (default 100).")
-@click.option("--warmup-steps", type=_ints("warmup_steps"), help="Steps before timing starts (default 10).")
+@_param_options
+@click.option("--cpus", metavar="CPUS", callback=_cpus, help="pin the payload to these CPUs, e.g. 0-3")
 @click.option(
-    "--data",
-    callback=_text("data"),
-    help="'synthetic' (default) or a data path: MNIST IDX folder/CSV, CIFAR-10 binary, images.",
+    "--repeats", type=click.IntRange(*INT_BOUNDS["repeats"]), default=1, show_default=True, help="Runs, one cell each."
 )
-@click.option("--cpus", callback=_cpus, help="Pin the payload to these CPUs, e.g. 0-3.")
-@click.option(
-    "--target-accuracy",
-    type=click.FloatRange(0, 1, min_open=True),
-    callback=_finite,
-    help="Train to this accuracy.",
-)
-@click.option("--max-steps", type=_ints("steps"), help="With --target-accuracy: give up after this many.")
-@click.option("--eval-every", type=_ints("steps", 0), help="Held-out accuracy every N steps.")
-@click.option("--image-size", type=_ints("image_size"), help="Image side for alexnet/resnet50/inception3.")
-@click.option("--num-classes", type=_ints("num_classes", 2), help="Classes of synthetic image data.")
-@click.option("--size", callback=_text("size"), help="Kernel sizes: gemm MxNxK, conv WxHxCxNxKxRxS, rnn HxNxT.")
-@click.option("--cell", type=click.Choice(["vanilla", "lstm", "gru"]), help="rnn cell.")
-@click.option(
-    "--learning-rate",
-    type=click.FloatRange(*NUMBER_BOUNDS["learning_rate"], min_open=True),
-    callback=_finite,
-    help="Learning rate (default: per workload).",
-)
-@click.option("--threads", type=_ints("threads"), help="sysbench threads.")
-@click.option("--time", "time_s", type=_ints("time"), help="sysbench seconds.")
-@click.option("--seed", type=click.IntRange(0, 2**32 - 1), help="Data shuffling / synthetic data seed.")
-@click.option("--repeats", type=_ints("repeats"), default=1, show_default=True, help="Runs, one cell each.")
 @click.option(
     "--timeout",
     type=click.IntRange(1, int(NUMBER_BOUNDS["cell_timeout"][1])),
@@ -134,11 +102,7 @@ def bench(ctx: click.Context, workload: str, repeats: int, timeout: int, **optio
         raise DlinfraError(f"unknown workload {excerpt(workload)}", f"choose one of: {', '.join(WORKLOADS)}")
     if options.get("data") and options["data"] != "synthetic" and not os.path.exists(str(options["data"])):
         raise DlinfraError(f"--data {plain(options['data'], tail=True)}: no such file or folder")
-    flags: list[str] = []
-    for name, flag in PASSTHROUGH.items():
-        if options.get(name) is not None:
-            flags += [flag, str(options[name])]
-    cell_config = {"workload": workload, "mode": "single", **{k: v for k, v in options.items() if v is not None}}
+    flags, cell_config = payload_args(workload, options)
     cell_hash = config_hash(cell_config)
     now = datetime.now(UTC)
     campaign_id = f"bench-{now:%Y%m%dT%H%M%S}"
@@ -184,6 +148,23 @@ def bench(ctx: click.Context, workload: str, repeats: int, timeout: int, **optio
             f"{len(failed)} of {len(records)} run(s) failed: {failed[0].provenance.failure_reason}",
             f"stored in campaign {campaign_id}",
         )
+
+
+def payload_args(workload: str, options: dict[str, object]) -> tuple[list[str], dict[str, object]]:
+    """The payload flags and the cell config of a bench run: every option given goes to the payload, and into
+    the config unless the table says it does not change what is measured (``--cpus`` is in it, as it always was).
+    A parameter that ``workload`` does not read is an error rather than silently ignored."""
+    kind = WORKLOADS[workload].kind
+    for param in PARAMS:
+        if options.get(param.name) is not None and not param.applies_to(workload, kind):
+            raise DlinfraError(f"{param.flag} does not apply to {workload}", f"it applies to {param.scope()}")
+    given = {k: v for k, v in options.items() if v is not None}
+    flags = to_argv(given)
+    if "cpus" in given:
+        flags += ["--cpus", str(given["cpus"])]
+    config = {"workload": workload, "mode": "single"}
+    config.update({k: v for k, v in given.items() if k not in PARAM or PARAM[k].hashed})
+    return flags, config
 
 
 def _run_payload(workload: str, flags: list[str], context: dict[str, object], timeout: int) -> RunRecord:

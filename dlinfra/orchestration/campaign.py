@@ -389,7 +389,7 @@ def _measure(
     result.layer_failures += failed_deploys
 
     by_name = {t.name: t for ts in up.targets.values() for t in ts}
-    launcher = Launcher(cid, peer_timeout=spec.peer_timeout)
+    launcher = Launcher(cid, peer_timeout=spec.peer_timeout, settings=spec.settings())
     cell_times: list[float] = []
     try:
         with _Interrupt() as interrupt:

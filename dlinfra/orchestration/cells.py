@@ -19,6 +19,7 @@ from typing import Any
 from dlinfra.errors import SpecError
 from dlinfra.inventory import match_pattern
 from dlinfra.orchestration.spec import CampaignSpec, WorkloadSpec
+from dlinfra.payload.cpuset import split_cpuset
 from dlinfra.providers.base import Target
 from dlinfra.providers.registry import provider_name
 from dlinfra.record import config_hash
@@ -116,8 +117,7 @@ def expand(
                     "layer": layer,
                     "provider": provider,
                     "workload": workload.name,
-                    "warmup_steps": spec.warmup_steps,
-                    "steps": spec.steps,
+                    **spec.cell_params(),
                     **point,
                 }
                 if point["mode"] == "single":
@@ -159,17 +159,6 @@ def _roles(config: dict[str, Any]) -> list[tuple[str, int]]:
     return ps + workers + chief
 
 
-def _split(cpus: list[int], parts: int) -> list[list[int]]:
-    """Disjoint contiguous chunks (sizes differ by at most one)."""
-    size, extra = divmod(len(cpus), parts)
-    out, start = [], 0
-    for i in range(parts):
-        n = size + (1 if i < extra else 0)
-        out.append(cpus[start : start + n])
-        start += n
-    return out
-
-
 def plan(cell: Cell, targets: dict[str, Target]) -> list[Process]:
     """Place the cell's processes on targets and give each its CPU set (ports come at launch)."""
     roles = _roles(cell.config)
@@ -197,7 +186,7 @@ def plan(cell: Cell, targets: dict[str, Target]) -> list[Process]:
             continue
         t = targets[name]
         if len(t.cpu_set) >= len(placed):
-            sets = _split(t.cpu_set, len(placed))
+            sets = split_cpuset(t.cpu_set, len(placed))
         elif placement == "pack":
             raise SpecError(
                 f"cell {cell.label()}: placement pack needs {len(placed)} disjoint CPU sets on {t.name}, "

@@ -19,9 +19,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from dlinfra.errors import TargetError
 from dlinfra.orchestration.cells import Cell, Process, tf_config
+from dlinfra.payload.cpuset import format_cpuset
+from dlinfra.payload.params import to_argv
 from dlinfra.providers.base import Target
 from dlinfra.record import RecordError, RunRecord
 from dlinfra.transport import LinkLost, Transport, TransportPool
@@ -55,25 +58,6 @@ _KILL = (
     "        sys.exit(0)\n"
     "os.killpg(pgid, signal.SIGKILL)\n"
 )
-
-#: Matrix keys passed through to the payload as flags.
-_FLAGS = {
-    "batch_size": "--batch-size",
-    "data": "--data",
-    "learning_rate": "--learning-rate",
-    "target_accuracy": "--target-accuracy",
-    "image_size": "--image-size",
-    "num_classes": "--num-classes",
-    "size": "--size",
-    "cell": "--cell",
-    "threads": "--threads",
-    "time": "--time",
-    "file_total_size": "--file-total-size",
-}
-
-
-def format_cpus(cpus: list[int]) -> str:
-    return ",".join(str(c) for c in cpus)
 
 
 @dataclass
@@ -116,9 +100,13 @@ def _now() -> str:
 class Launcher:
     """Runs cells on targets; keeps SSH connections open between cells."""
 
-    def __init__(self, campaign_id: str, peer_timeout: float | None = None) -> None:
+    def __init__(
+        self, campaign_id: str, peer_timeout: float | None = None, settings: dict[str, Any] | None = None
+    ) -> None:
         self.campaign_id = campaign_id
         self.peer_timeout = peer_timeout
+        #: Unhashed workload parameters for every process (:meth:`CampaignSpec.settings`): not in cell configs.
+        self.settings = dict(settings or {})
         self.pool = TransportPool(lambda target: target.transport())
 
     def close(self) -> None:
@@ -149,12 +137,9 @@ class Launcher:
             "target_details": p.target.details,
         }
         argv = [p.target.python, "-m", "dlinfra.payload", "run", "--workload", c["workload"], "--mode", c["mode"]]
-        argv += ["--warmup-steps", str(c["warmup_steps"]), "--steps", str(c["steps"])]
-        for key, flag in _FLAGS.items():
-            if key in c and c[key] is not None:
-                argv += [flag, str(c[key])]
+        argv += to_argv(c) + to_argv(self.settings)  # the table's parameters, hashed (config) and not
         if p.cpus:
-            argv += ["--cpus", format_cpus(p.cpus)]
+            argv += ["--cpus", format_cpuset(p.cpus)]
         if c["mode"] != "single":
             if control_port:
                 argv += ["--control-port", str(control_port)]

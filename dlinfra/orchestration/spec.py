@@ -31,11 +31,15 @@ from typing import TYPE_CHECKING, Any
 from dlinfra import safe_yaml
 from dlinfra.errors import SpecError
 from dlinfra.layers import LAYERS
+from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
+from dlinfra.payload.params import MODES, PARAM, PARAMS, Param
 from dlinfra.safe_yaml import dotted, excerpt, plain
 
 if TYPE_CHECKING:
     from dlinfra.inventory import InventoryHost
 
+#: Workload parameters set for the whole campaign (docs/payload.md, "Parameters").
+CAMPAIGN_PARAMS = tuple(p for p in PARAMS if p.campaign)
 TOP_FIELDS = {
     "name": "campaign name (letters, digits, '-', '_', '.')",
     "description": "free text",
@@ -44,33 +48,17 @@ TOP_FIELDS = {
     "workloads": "list of workload names or {name, hosts, matrix} mappings",
     "matrix": "parameter lists crossed into cells, for every workload",
     "repeats": "runs per cell (>= 1)",
-    "warmup_steps": "steps before timing starts (>= 0)",
-    "steps": "measured steps (>= 1)",
+    **{p.name: f"{p.help}, every cell" for p in CAMPAIGN_PARAMS},
     "cell_timeout": "seconds one cell may take, all processes (> 0)",
     "peer_timeout": "seconds a distributed process waits for a silent peer",
     "layer_options": "per-layer provider and its options, e.g. {vm: {provider: libvirt, vcpus: 2}}",
 }
 WORKLOAD_FIELDS = {"name", "workload", "hosts", "layers", "matrix"}
-MATRIX_KEYS = {
-    "batch_size": int,
-    "mode": str,
-    "ps": int,
-    "workers": int,
-    "placement": str,
-    "data": str,
-    "learning_rate": float,
-    "target_accuracy": float,
-    "image_size": int,
-    "num_classes": int,
-    "size": str,
-    "cell": str,
-    "threads": int,
-    "time": int,
-    "file_total_size": str,
-}
-MODES = ("single", "ps-async", "sync")
+#: Matrix keys that shape a cell rather than parameterise the payload (checked here, not in the table).
+CELL_KEYS: dict[str, type] = {"mode": str, "ps": int, "workers": int, "placement": str}
+#: Every matrix key: the cell's shape, then each hashed workload parameter of the table.
+MATRIX_KEYS: dict[str, type] = {**CELL_KEYS, **{p.name: p.type for p in PARAMS if p.hashed}}
 PLACEMENTS = ("spread", "pack")
-CELLS = ("vanilla", "lstm", "gru")
 
 # Bounds (docs/campaigns.md, "Limits"): far beyond any real campaign, yet a typo'd exponent or a hostile file
 # fails here in milliseconds rather than after provisioning, or by exhausting the controller's memory.
@@ -83,25 +71,17 @@ MAX_HOSTS = 1000
 MAX_VALUES = 100  # per matrix key
 MAX_CELLS = 10_000  # matrix points x layers, over all workloads
 MAX_RUNS = 100_000  # cells x repeats
-#: Integer fields and matrix keys: inclusive (low, high); ``dlinfra bench`` bounds its flags with the same table.
+#: Integer fields and cell-shape keys: inclusive (low, high); ``dlinfra bench`` bounds ``--repeats`` with it.
+#: Workload parameters carry their own bounds (:data:`dlinfra.payload.params.PARAMS`).
 INT_BOUNDS: dict[str, tuple[int, int]] = {
     "repeats": (1, 1000),
-    "warmup_steps": (0, 10_000_000),
-    "steps": (1, 10_000_000),
-    "batch_size": (1, 65_536),
     "ps": (0, 1024),
     "workers": (1, 1024),
-    "threads": (1, 4096),
-    "time": (1, 86_400),
-    "image_size": (1, 4096),
-    "num_classes": (1, 1_000_000),
 }
-#: Number fields and matrix keys: (low, high], finite.
+#: Number fields: (low, high], finite.
 NUMBER_BOUNDS: dict[str, tuple[float, float]] = {
     "cell_timeout": (0, 7 * 86_400),
     "peer_timeout": (0, 86_400),
-    "learning_rate": (0, 100),
-    "target_accuracy": (0, 1),
 }
 #: Numeric provider options in ``layer_options`` (and its ``guests``): inclusive (low, high). The providers check
 #: the rest, and what the host actually has, before they create anything.
@@ -113,20 +93,13 @@ OPTION_BOUNDS: dict[str, tuple[int, int]] = {
     "ports_per_container": (0, 65_535),
     "port_base": (0, 65_535),
 }
-FORMATS = {
-    "size": (re.compile(r"\d{1,7}(x\d{1,7}){0,7}", re.ASCII), "sizes like 1760x128x1760"),
-    "file_total_size": (re.compile(r"\d{1,12}[KMGT]?", re.ASCII | re.IGNORECASE), "a size like 64M"),
-    # A path on the targets: printable, no shell metacharacters (it ends up on a remote command line).
-    "data": (
-        re.compile(r"[^;|&$`<>\"'\\]{1,4096}"),
-        "'synthetic' or a path of at most 4096 characters, none of ;|&$`<>\"'\\",
-    ),
-}
 NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,100}", re.ASCII)
 #: Host patterns: names, groups, all, GROUP[i], GROUP[i:j] (no shell metacharacters, no spaces).
 HOST_PATTERN_RE = re.compile(r"[\w.:@-]{1,255}(\[-?\d{1,6}(:-?\d{1,6})?\])?", re.ASCII)
 TESTBED_RE = re.compile(r"testbed:[A-Za-z0-9-]{1,24}", re.ASCII)
-DEFAULT_MATRIX: dict[str, list[Any]] = {"mode": ["single"], "placement": ["spread"], "data": ["synthetic"]}
+#: In every workload's matrix unless set (``data`` too, though a parameter: configs always had it, and their hashes
+#: must not change).
+DEFAULT_MATRIX: dict[str, list[Any]] = {"mode": ["single"], "placement": ["spread"], "data": [PARAM["data"].default]}
 
 
 @dataclass
@@ -147,12 +120,31 @@ class CampaignSpec:
     layers: list[str]
     workloads: list[WorkloadSpec]
     repeats: int = 1
-    warmup_steps: int = 10
-    steps: int = 100
     cell_timeout: float = 600.0
     peer_timeout: float | None = None
     layer_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+    #: The campaign-wide workload parameters: hashed ones always (the spec's value, else the default), every
+    #: cell's config starts from them; unhashed ones when given, passed to every process outside the config.
+    params: dict[str, Any] = field(
+        default_factory=lambda: {p.name: p.default for p in CAMPAIGN_PARAMS if p.hashed and p.default is not None}
+    )
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(self.params["warmup_steps"])
+
+    @property
+    def steps(self) -> int:
+        return int(self.params["steps"])
+
+    def cell_params(self) -> dict[str, Any]:
+        """What every cell config starts from (then its matrix point): the hashed campaign-wide parameters."""
+        return {k: v for k, v in self.params.items() if PARAM[k].hashed}
+
+    def settings(self) -> dict[str, Any]:
+        """The unhashed campaign-wide parameters, which the launcher passes to every process."""
+        return {k: v for k, v in self.params.items() if not PARAM[k].hashed}
 
     def inventory_path(self, override: str | None = None) -> Path:
         """The inventory file: --inventory, else the spec's (relative to the spec file, or testbed:NAME)."""
@@ -239,6 +231,12 @@ def _matrix(check: _Checker, value: Any, where: tuple[Any, ...]) -> dict[str, li
         raise check.fail(where, "must be a mapping of parameter -> list of values")
     out: dict[str, list[Any]] = {}
     for key, raw in value.items():
+        if key in PARAM and not PARAM[key].hashed:
+            raise check.fail(
+                (*where, key, "__key__"),
+                f"{key} is a campaign setting, not a matrix key (it does not change what is measured)",
+                f"set it once at the top level: '{key}: {PARAM[key].example}'",
+            )
         if key not in MATRIX_KEYS:
             raise check.unknown(where, key, set(MATRIX_KEYS))
         values = check.listed(raw, (*where, key), MAX_VALUES)
@@ -251,23 +249,35 @@ def _matrix(check: _Checker, value: Any, where: tuple[Any, ...]) -> dict[str, li
 
 
 def _matrix_value(check: _Checker, key: str, v: Any, where: tuple[Any, ...]) -> None:
-    kind = MATRIX_KEYS[key]
-    if key in INT_BOUNDS:
+    if key in PARAM:
+        _param(check, PARAM[key], v, where)
+    elif key in INT_BOUNDS:
         check.integer(v, where, INT_BOUNDS[key])
-    elif key in NUMBER_BOUNDS:
-        check.number(v, where, NUMBER_BOUNDS[key])
-    elif not isinstance(v, kind):
-        raise check.fail(where, f"must be {kind.__name__}, got {excerpt(v)}")
+    elif not isinstance(v, str):
+        raise check.fail(where, f"must be a string, got {excerpt(v)}")
     elif key == "mode" and v not in MODES:
         raise check.fail(where, f"mode {excerpt(v)} is not one of {', '.join(MODES)}")
     elif key == "placement" and v not in PLACEMENTS:
         raise check.fail(where, f"placement {excerpt(v)} is not one of {', '.join(PLACEMENTS)}")
-    elif key == "cell" and v not in CELLS:
-        raise check.fail(where, f"cell {excerpt(v)} is not one of {', '.join(CELLS)}")
-    elif key in FORMATS:
-        pattern, what = FORMATS[key]
-        if not pattern.fullmatch(v) or not v.isprintable():
-            raise check.fail(where, f"must be {what}, got {excerpt(v)}")
+
+
+def _param(check: _Checker, param: Param, v: Any, where: tuple[Any, ...]) -> Any:
+    """A workload parameter's value, checked against its table entry (the payload and bench use the same)."""
+    problem = param.problem(v)
+    if problem:
+        raise check.fail(where, f"{problem}, got {excerpt(v)}")
+    return v
+
+
+def _applies(
+    check: _Checker, own: dict[str, list[Any]], workload: str, kind: str, modes: list[str], where: Any
+) -> None:
+    """A parameter set in a workload's own matrix must be one that workload reads (a campaign-wide matrix may
+    set it for the workloads it fits): a typo'd workload or key must not be silently ignored."""
+    for key in own:
+        param = PARAM.get(key)
+        if param is not None and not all(param.applies_to(workload, kind, m) for m in modes):
+            raise check.fail((*where, key), f"{key} does not apply to {workload}", f"it applies to {param.scope()}")
 
 
 def _cells(matrix: dict[str, list[Any]], layers: int) -> int:
@@ -301,11 +311,9 @@ def _layer_options(check: _Checker, value: Any) -> dict[str, dict[str, Any]]:
 
 
 def _cpuset(check: _Checker, value: Any, where: tuple[Any, ...]) -> None:
-    from dlinfra.inventory import parse_cpus
-
     try:
-        parse_cpus(",".join(str(c) for c in value) if isinstance(value, list) else str(value))
-    except ValueError as exc:
+        parse_cpuset(value)
+    except CpuSetError as exc:
         raise check.fail(where, f"must be a CPU list like '0-3,8', got {excerpt(value)} ({exc})") from None
 
 
@@ -376,7 +384,9 @@ def load_spec(path: str | Path) -> CampaignSpec:
                     f"must be a host or group name, all, or GROUP[i:j], got {excerpt(h)}",
                     "names have letters, digits and . _ - : @ only",
                 )
-        matrix = {**DEFAULT_MATRIX, **base, **_matrix(check, item.get("matrix"), (*where, "matrix"))}
+        own = _matrix(check, item.get("matrix"), (*where, "matrix"))
+        matrix = {**DEFAULT_MATRIX, **base, **own}
+        _applies(check, own, wname, known[wname], matrix["mode"], (*where, "matrix"))
         if known[wname] != "model":
             bad = [m for m in matrix["mode"] if m != "single"]
             if bad:
@@ -409,9 +419,11 @@ def load_spec(path: str | Path) -> CampaignSpec:
         workloads=workloads,
         raw=data,
     )
-    for key in ("repeats", "warmup_steps", "steps"):
-        if key in data:
-            setattr(spec, key, check.integer(data[key], (key,), INT_BOUNDS[key]))
+    if "repeats" in data:
+        spec.repeats = check.integer(data["repeats"], ("repeats",), INT_BOUNDS["repeats"])
+    for param in CAMPAIGN_PARAMS:
+        if param.name in data:
+            spec.params[param.name] = _param(check, param, data[param.name], (param.name,))
     if "cell_timeout" in data:
         spec.cell_timeout = check.number(data["cell_timeout"], ("cell_timeout",), NUMBER_BOUNDS["cell_timeout"])
     if "peer_timeout" in data:

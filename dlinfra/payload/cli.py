@@ -11,8 +11,10 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
+from dlinfra.payload.params import MODES, PARAMS, Param
 from dlinfra.payload.workloads import WORKLOADS
 
 EXAMPLES = """\
@@ -49,6 +51,19 @@ def _positive(text: str) -> int:
     return value
 
 
+def _typed(param: Param) -> Callable[[str], int | float | str]:
+    """The argparse type of a table parameter: its conversion and bounds (those of the spec and bench)."""
+
+    def convert(text: str) -> int | float | str:
+        try:
+            return param.from_text(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = param.name  # argparse names the type in some messages
+    return convert
+
+
 def parser() -> argparse.ArgumentParser:
     top = _Parser(
         prog="python -m dlinfra.payload",
@@ -66,42 +81,18 @@ def parser() -> argparse.ArgumentParser:
     )
     g = run.add_argument_group("what to run")
     g.add_argument("--workload", required=True, metavar="W", help=f"one of: {', '.join(WORKLOADS)}")
-    g.add_argument("--mode", choices=["single", "ps-async", "sync"], default="single")
-    g.add_argument("--batch-size", type=_positive, help="examples per step per worker (default: per workload)")
-    g.add_argument("--warmup-steps", type=_positive, default=10, help="steps run before timing (default 10)")
-    g.add_argument("--steps", type=_positive, default=100, help="measured steps (default 100)")
-    g.add_argument("--target-accuracy", type=float, help="train until held-out accuracy reaches this (0-1)")
-    g.add_argument(
-        "--max-steps",
-        type=_positive,
-        default=10000,
-        help="with --target-accuracy: most measured steps before giving up (default 10000)",
-    )
-    g.add_argument(
-        "--data",
-        default="synthetic",
-        help="'synthetic' or a path: MNIST IDX folder or CSV(.gz), "
-        "CIFAR-10 binary folder/file, image folder (one sub-folder per class)",
-    )
+    g.add_argument("--mode", choices=MODES, default="single")
     g.add_argument("--cpus", help="pin to these CPUs, e.g. 0-3 or 0,2,4; TF threads follow the set size")
-    g.add_argument(
-        "--eval-every",
-        type=_positive,
-        default=0,
-        help="held-out accuracy every N measured steps (default: at the end; 50 with a target)",
-    )
-    g.add_argument("--log-every", type=_positive, default=10, help="loss point every N steps (default 10)")
-    g.add_argument("--seed", type=int, default=0, help="seed for data shuffling and synthetic data")
-    g.add_argument("--learning-rate", type=float, help="default: per workload")
-    w = run.add_argument_group("workload parameters")
-    w.add_argument("--image-size", type=_positive, help="image side for image classifiers (default 224/299)")
-    w.add_argument("--num-classes", type=_positive, help="classes for synthetic image data (default 1000)")
-    w.add_argument("--size", help="kernel sizes: gemm MxNxK, conv WxHxCxNxKxRxS, rnn HxNxT")
-    w.add_argument("--cell", default="lstm", help="rnn cell: vanilla, lstm or gru (default lstm)")
-    w.add_argument("--stride", type=int, default=1, help="conv stride (default 1)")
-    w.add_argument("--threads", type=_positive, help="sysbench threads (default: CPUs in the set)")
-    w.add_argument("--time", type=_positive, default=10, help="sysbench seconds (default 10)")
-    w.add_argument("--file-total-size", default="64M", help="sysbench fileio total file size (default 64M)")
+    w = run.add_argument_group("workload parameters (docs/payload.md, 'Parameters': the same in campaigns and bench)")
+    for param in PARAMS:
+        w.add_argument(
+            param.flag,
+            dest=param.name,
+            type=_typed(param),
+            default=param.default,
+            metavar=param.var,
+            help=f"{param.describe()} [{param.scope()}]",
+        )
     c = run.add_argument_group("cluster (ps-async, sync); TF_CONFIG is used when these are absent")
     c.add_argument("--chief", metavar="HOST:PORT")
     c.add_argument("--workers", metavar="H:P,H:P")

@@ -269,6 +269,18 @@ class ControlClient:
             if message.get("type") == "abort":
                 return "abort", str(message.get("reason") or "aborted by the controller")
 
+    def watch(self, done: threading.Event, on_lost: Callable[[str], None]) -> None:
+        """Sync workers: call ``on_lost`` (from a thread) when the controller aborts or vanishes before ``done``
+        is set, as :class:`ControlServer` does for the controller's side."""
+
+        def loop() -> None:
+            verdict, detail = self.wait()
+            if done.is_set() or verdict == "done":
+                return
+            on_lost(str(detail))
+
+        threading.Thread(target=loop, name="control-watchdog", daemon=True).start()
+
     def bye(self) -> None:
         """Sign off cleanly so the controller does not count this task as lost."""
         self._stop.set()

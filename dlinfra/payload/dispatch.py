@@ -165,9 +165,7 @@ def _sync(run: Any, w: Workload, dataset: DataSet | None) -> None:
     server, client = _control(run)
     finished = threading.Event()
     if client is not None:
-        from dlinfra.payload.run import watchdog
-
-        watchdog(run, client, finished)
+        client.watch(finished, run.fail_now)
     a = run.args
     # No collective timeout: a slow first step (tracing a big model) must not fail the run; lost
     # peers are caught by the control channel instead.

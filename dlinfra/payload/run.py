@@ -1,7 +1,7 @@
 """One payload run, start to record: validate, pin, load, train/measure, write, exit.
 
 Whatever happens, exactly one record is written: the main thread writes it at
-the end, or the control channel's watchdog writes a failure record and ends
+the end, or the control channel's watch (:mod:`.control`) writes a failure record and ends
 the process when a peer is lost (TF threads may refuse to die, so distributed
 processes leave through ``os._exit``).
 """
@@ -12,7 +12,6 @@ import argparse
 import logging
 import os
 import sys
-import threading
 import time
 import traceback
 from typing import Any
@@ -164,15 +163,13 @@ def execute(args: argparse.Namespace, out: Any) -> int:
             raise PayloadError(f"--mode {args.mode}: workload {args.workload} runs only as --mode single")
         if args.peer_timeout <= 0:
             raise PayloadError("--peer-timeout must be > 0 seconds")
-        if args.target_accuracy is not None and not 0 < args.target_accuracy <= 1:
-            raise PayloadError("--target-accuracy must be between 0 and 1")
         if run.workload.kind == "model" and not run.batch_size:
             raise PayloadError("--batch-size must be >= 1")
         cpu_set = affinity.pin(args.cpus)
         dataset = _load_data(run, run.workload)
         run.sampler = SystemSampler(run.started).start()
         affinity.configure_tf(bool(args.cpus), len(cpu_set))
-        from dlinfra.payload import dispatch
+        from dlinfra.payload import dispatch  # late: it imports TensorFlow, which must load after pinning
 
         dispatch.run(run, dataset)
     except PayloadError as exc:
@@ -207,15 +204,3 @@ def _leave(run: Run, code: int) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
-
-
-def watchdog(run: Run, target: Any, done: threading.Event) -> None:
-    """Sync workers: fail the run when the controller aborts or vanishes before we finish."""
-
-    def loop() -> None:
-        verdict, detail = target.wait()
-        if done.is_set() or verdict == "done":
-            return
-        run.fail_now(str(detail))
-
-    threading.Thread(target=loop, name="control-watchdog", daemon=True).start()

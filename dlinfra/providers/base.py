@@ -45,7 +45,7 @@ from dlinfra.inventory import InventoryHost
 from dlinfra.transport import ContainerAccess, ContainerTransport, SshEndpoint, SshTransport, Transport
 
 if TYPE_CHECKING:
-    from dlinfra.orchestration.sweep import SweepReport
+    from dlinfra.orchestration.sweep_report import SweepReport
 
 
 @dataclass

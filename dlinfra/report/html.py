@@ -18,8 +18,8 @@ matplotlib.use("Agg")  # never a display; set before pyplot is imported
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from dlinfra.report.display import EMPTY, format_value, shown_columns
 from dlinfra.report.model import VIEW_TITLES, Report
-from dlinfra.report.render import EMPTY, format_value, shown_columns
 
 #: Most bars/boxes per plot; larger campaigns get the first ones and a note.
 MAX_GROUPS = 16

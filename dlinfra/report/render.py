@@ -19,46 +19,13 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from dlinfra.errors import DlinfraError
+from dlinfra.report.display import EMPTY, format_value, shown_columns
 from dlinfra.report.model import VIEW_TITLES, Report
 from dlinfra.report.warnings import ReportWarning
 
 JSON_SCHEMA = 1
 FORMATS = ("table", "markdown", "csv", "json", "html")
-#: Columns kept for CSV/JSON/plots but left out of the text tables (they would double their width).
-HIDDEN = {"overhead": ("mean", "mean_ci_low", "mean_ci_high")}
-EMPTY = {
-    "scaling": "no config ran with more than one worker count next to a 1-worker (or single) cell",
-    "ps": "no config ran with more than one parameter-server count",
-    "sync_async": "no config ran in both sync and ps-async mode",
-    "system": "no run recorded system samples",
-    "step_times": "no run recorded per-step times",
-}
-
-
-def format_value(column: str, value: Any) -> str:
-    """The one display format of a cell (table and Markdown)."""
-    if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, (bool, np.bool_)):
-        return str(bool(value)).lower()
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        v = float(value)
-        if column.endswith("_pct"):
-            text = f"{v:.1f}"
-        elif abs(v) >= 100:
-            text = f"{v:.1f}"
-        elif abs(v) >= 1:
-            text = f"{v:.3f}"
-        else:
-            text = f"{v:.4g}"
-        return "0.0" if text in ("-0.0", "-0") else text
-    return str(value)
-
-
-def shown_columns(name: str, frame: pd.DataFrame) -> list[str]:
-    return [c for c in frame.columns if c not in HIDDEN.get(name, ())]
 
 
 def _views(report: Report) -> list[tuple[str, pd.DataFrame]]:
@@ -127,8 +94,6 @@ def render_csv(report: Report, view: str = "overhead") -> str:
     """One view as CSV, full precision, with the report's warnings as leading ``#`` lines."""
     frame = report.views.get(view)
     if frame is None:
-        from dlinfra.errors import DlinfraError
-
         raise DlinfraError(f"this report has no view {view!r}", f"use one of {', '.join(report.views)}")
     lines = [f"# {report.title}", f"# {report.subtitle}", f"# view: {view} ({VIEW_TITLES[view]})"]
     lines += [f"# warning: {w.line()}" for w in report.warnings]
@@ -210,9 +175,7 @@ def render(report: Report, fmt: str, width: int | None = None, view: str = "over
     if fmt == "json":
         return render_json(report)
     if fmt == "html":
-        from dlinfra.report.html import render_html
+        from dlinfra.report.html import render_html  # late: matplotlib loads only for HTML
 
         return render_html(report)
-    from dlinfra.errors import DlinfraError
-
     raise DlinfraError(f"unknown report format {fmt!r}", f"use one of {', '.join(FORMATS)}")

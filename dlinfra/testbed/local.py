@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.payload.cpuset import format_cpuset
 
 DEFAULT_NAME = "dlinfra"
 #: /24s are tried from here upwards until one clashes with no route or address on this machine.
@@ -117,25 +118,7 @@ def _short_id(name: str) -> str:
 
 
 def _cpu_list() -> str:
-    cpus = sorted(os.sched_getaffinity(0))
-    return _format_cpus(cpus)
-
-
-def _format_cpus(cpus: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5' (the cpuset list format)."""
-    parts: list[str] = []
-    start = prev = None
-    for c in cpus:
-        if start is None:
-            start = prev = c
-        elif c == prev + 1:  # type: ignore[operator]
-            prev = c
-        else:
-            parts.append(f"{start}-{prev}" if start != prev else str(start))
-            start = prev = c
-    if start is not None:
-        parts.append(f"{start}-{prev}" if start != prev else str(start))
-    return ",".join(parts)
+    return format_cpuset(os.sched_getaffinity(0))
 
 
 def _used_networks() -> list[ipaddress.IPv4Network]:

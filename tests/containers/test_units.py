@@ -15,19 +15,15 @@ from dlinfra.providers.containers.run import (
     Process,
     Resources,
     create_args,
-    format_cpuset,
     gpu_args,
     network_args,
-    parse_cpuset,
     plan_containers,
 )
 
 
-def test_cpuset_round_trip() -> None:
-    assert parse_cpuset("0-2,5") == {0, 1, 2, 5}
-    assert format_cpuset({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
-    with pytest.raises(DlinfraError, match="host h1: cpuset 'a-b' is not a CPU list"):
-        parse_cpuset("a-b", host="h1")
+def test_a_bad_cpuset_is_named_with_its_host() -> None:
+    with pytest.raises(DlinfraError, match="host h1: cpuset 'a-b' is not a CPU set"):
+        Resources(cpuset="a-b").validate("h1")
 
 
 def test_spread_is_one_container_per_process_and_pack_one_per_host() -> None:
@@ -132,8 +128,9 @@ def test_ssh_engine_quotes_every_argument() -> None:
 
 
 def test_provider_options_are_checked_before_anything_starts(tmp_path) -> None:
+    from dlinfra.payload.cpuset import split_cpuset
     from dlinfra.providers.base import LayerSpec
-    from dlinfra.providers.containers.provider import DockerProvider, _split
+    from dlinfra.providers.containers.provider import DockerProvider
 
     def check(**kw):
         DockerProvider.validate("ctr", kw, "c.yml:3: layer_options.ctr")
@@ -152,4 +149,4 @@ def test_provider_options_are_checked_before_anything_starts(tmp_path) -> None:
     assert provider._options(
         LayerSpec("ctr", [], tmp_path / "inv.yml", options={"placement": "pack", "network": "bridge"})
     )["network_mode"] == NetworkMode("bridge")
-    assert _split([0, 1, 2, 3, 4], 2) == [[0, 1, 2], [3, 4]]
+    assert [list(c) for c in split_cpuset([0, 1, 2, 3, 4], 2)] == [[0, 1, 2], [3, 4]]

@@ -76,7 +76,7 @@ def _assert_nothing_left(hosts: list[Any], runs: list[sqlite3.Row]) -> None:
 
 def test_bm_and_ctr_cells_in_one_campaign(deployed, tmp_path: Path) -> None:
     need_binary("dockerd")
-    from dlinfra.providers.containers.run import parse_cpuset
+    from dlinfra.payload.cpuset import parse_cpuset
 
     hosts = deployed.bed.state.hosts[:2]
     db = tmp_path / "r.db"

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from dlinfra.errors import SpecError
-from dlinfra.inventory import parse_cpus
 from dlinfra.orchestration.ansible import scrub
 from dlinfra.orchestration.cells import expand, plan, tf_config
 from dlinfra.orchestration.spec import load_spec
@@ -129,11 +128,11 @@ def test_remote_command_quotes_every_argument() -> None:
     assert cmd == "env 'TF_CONFIG={\"a\": \"b c\"}' python -c 'print(1); rm -rf /'"
 
 
-def test_parse_cpus() -> None:
-    assert parse_cpus("0-3,8") == [0, 1, 2, 3, 8]
-    for bad in ("", "3-1", "x", "-1"):
-        with pytest.raises(ValueError):
-            parse_cpus(bad)
+def test_inventory_cpus_are_read_with_the_one_cpuset_parser() -> None:
+    from dlinfra.inventory import InventoryHost
+
+    assert InventoryHost("h", "10.0.0.1", [], {"dlinfra_cpus": "0-3,8"}).cpus == [0, 1, 2, 3, 8]
+    assert InventoryHost("h", "10.0.0.1", [], {"dlinfra_cpus": 5}).cpus == [5]
 
 
 def test_a_workload_can_be_kept_to_some_layers(tmp_path: Path) -> None:

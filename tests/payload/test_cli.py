@@ -46,7 +46,8 @@ def assert_clean_failure(done, *needles: str) -> None:
     [
         (["--workload", "vgg99"], ["--workload 'vgg99' is unknown", "mnist-dnn"]),
         (["--workload", "mnist-dnn", "--data", "/no/such/dir"], ["--data /no/such/dir: no such file or folder"]),
-        (["--workload", "mnist-dnn", "--cpus", "0-99999"], ["--cpus '0-99999'", "not available"]),
+        (["--workload", "mnist-dnn", "--cpus", "0-99999"], ["--cpus '0-99999'", "8191"]),
+        (["--workload", "mnist-dnn", "--cpus", "8000"], ["--cpus '8000'", "not available"]),
         (["--workload", "mnist-dnn", "--cpus", "zero"], ["--cpus 'zero' is not a CPU list"]),
         (["--workload", "gemm", "--mode", "sync"], ["--mode sync needs a cluster"]),
         (["--workload", "mnist-dnn", "--context-json", "{nope"], ["--context-json is not JSON"]),

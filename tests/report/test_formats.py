@@ -9,7 +9,8 @@ import pandas as pd
 from report.resultsets import draws, ten_percent_slower
 
 from dlinfra.report.build import build_report
-from dlinfra.report.render import format_value, render, report_from_json, shown_columns
+from dlinfra.report.display import format_value, shown_columns
+from dlinfra.report.render import render, report_from_json
 
 
 def _report(store, campaign):

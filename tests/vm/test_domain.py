@@ -11,7 +11,7 @@ from support import need_binary
 
 from dlinfra.providers.libvirt.domain import DomainPlan, domain_xml
 from dlinfra.providers.libvirt.network import network_xml, pick_subnet, plan_network
-from dlinfra.providers.libvirt.spec import GuestSpec, format_cpuset, parse_cpuset
+from dlinfra.providers.libvirt.spec import GuestSpec
 
 
 def plan(virt_type: str = "kvm", **fields) -> DomainPlan:
@@ -83,10 +83,9 @@ def test_network_xml_validates_and_avoids_taken_subnets(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "cpus"), [("0-3,6", (0, 1, 2, 3, 6)), ("5", (5,)), ([3, 1], (1, 3)), (None, ())])
-def test_cpuset_round_trip(text, cpus) -> None:
-    assert parse_cpuset(text, "x") == cpus
-    if cpus:
-        assert parse_cpuset(format_cpuset(cpus), "x") == cpus
+def test_guest_cpuset_forms(text, cpus) -> None:
+    """A string, a number or a list; absent is no pinning (the parsing itself: tests/payload/test_cpuset.py)."""
+    assert GuestSpec.from_dict({"name": "g1", "cpuset": text}).cpuset == cpus
 
 
 def test_older_base_volumes_are_pruned_unless_a_run_is_live(test_conn) -> None:

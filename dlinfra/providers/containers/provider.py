@@ -26,12 +26,14 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from dlinfra.errors import DlinfraError, SpecError, TargetError
 from dlinfra.inventory import InventoryHost, match_pattern
 from dlinfra.orchestration.progress import phase
 from dlinfra.orchestration.runs_registry import RunClaim, check_label, claim, is_live, live_runs
+from dlinfra.orchestration.sweep_report import SweepReport
+from dlinfra.payload.cpuset import format_cpuset, split_cpuset
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.containers import daemons
 from dlinfra.providers.containers.engine import Engine
@@ -46,15 +48,11 @@ from dlinfra.providers.containers.run import (
     container_address,
     engine_from,
     engine_where,
-    format_cpuset,
     remove_run,
     run_labels,
     run_network_name,
 )
 from dlinfra.transport import ContainerAccess
-
-if TYPE_CHECKING:
-    from dlinfra.orchestration.sweep import SweepReport
 
 HOME_IN_CONTAINER = "/opt/dlinfra"  # so Target.python is the image's venv: /opt/dlinfra/venv/bin/python
 
@@ -69,19 +67,6 @@ class HostEngine:
     started_dockerd: bool = False
     results_root: str | None = None
     results_owner: str | None = None  # "UID:GID" of results_root: containers run as it
-
-
-def _split(cpus: list[int], parts: int) -> list[list[int]]:
-    """Split a CPU list into ``parts`` disjoint, contiguous, near-equal chunks."""
-    if parts > len(cpus):
-        return [[c] for c in cpus] + [[] for _ in range(parts - len(cpus))]
-    size, extra = divmod(len(cpus), parts)
-    chunks, start = [], 0
-    for i in range(parts):
-        end = start + size + (1 if i < extra else 0)
-        chunks.append(cpus[start:end])
-        start = end
-    return chunks
 
 
 def ssh_via(host: InventoryHost) -> tuple[str, ...]:
@@ -300,7 +285,7 @@ class ContainerProvider(Provider):
         for host, he in zip(hosts, self.hosts, strict=True):
             he.results_root = self._results_root(he, host, run_id)
             cpus = list(host.cpus)
-            chunks = _split(cpus, per_host) if cpus and (opts.get("pin", True) or per_host == 1) else []
+            chunks = split_cpuset(cpus, per_host) if cpus and (opts.get("pin", True) or per_host == 1) else []
             for i in range(per_host):
                 chunk = chunks[i] if chunks else (cpus if per_host == 1 else [])
                 if chunks and not chunk:

@@ -18,6 +18,7 @@ from typing import Literal
 
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.orchestration.runs_registry import RunClaim, claim
+from dlinfra.payload.cpuset import CpuSetError, format_cpuset, parse_cpuset
 from dlinfra.providers.containers.engine import Engine
 
 RUN_LABEL = "dlinfra.run"
@@ -25,38 +26,16 @@ NETNS_DIR = "/run/netns"
 RESULTS_IN_CONTAINER = "/results"
 Placement = Literal["single", "spread", "pack"]
 PLACEMENTS: tuple[str, ...] = ("single", "spread", "pack")
-_CPUSET = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,100}$")
 
 
 # ------------------------------------------------------------------ cpusets
-def parse_cpuset(text: str, *, field_name: str = "cpuset", host: str = "?") -> frozenset[int]:
-    """``'0-2,5'`` -> {0, 1, 2, 5}; a clear error naming the field and host otherwise."""
-    value = str(text).replace(" ", "")
-    if not _CPUSET.match(value):
-        raise DlinfraError(f"host {host}: {field_name} {text!r} is not a CPU list", "write it like 0-3 or 0,2,4-5")
-    cpus: set[int] = set()
-    for part in value.split(","):
-        lo, _, hi = part.partition("-")
-        start, end = int(lo), int(hi or lo)
-        if end < start:
-            raise DlinfraError(f"host {host}: {field_name} {text!r} has a descending range {part}")
-        cpus.update(range(start, end + 1))
-    return frozenset(cpus)
-
-
-def format_cpuset(cpus: Sequence[int] | frozenset[int]) -> str:
-    """{0, 1, 2, 5} -> ``'0-2,5'`` (the cpuset list format)."""
-    ordered = sorted(set(cpus))
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
+def _read_cpuset(text: str, *, field_name: str = "cpuset", host: str = "?") -> frozenset[int]:
+    """:func:`~dlinfra.payload.cpuset.parse_cpuset`, its error naming the field and the host."""
+    try:
+        return frozenset(parse_cpuset(text))
+    except CpuSetError as exc:
+        raise DlinfraError(f"host {host}: {field_name} {exc}", "write it like 0-3 or 0,2,4-5") from None
 
 
 # ------------------------------------------------------------------ network
@@ -142,7 +121,7 @@ class Resources:
 
     def validate(self, host: str) -> None:
         if self.cpuset is not None:
-            parse_cpuset(self.cpuset, host=host)
+            _read_cpuset(self.cpuset, host=host)
         if self.cpus is not None and (
             isinstance(self.cpus, bool) or not isinstance(self.cpus, int | float) or not 0 < self.cpus <= 4096
         ):
@@ -380,7 +359,7 @@ def plan_containers(placement: str, processes: Sequence[Process], run_id: str) -
         if pinned and len(pinned) != len(procs):
             raise DlinfraError(f"host {host}: pack needs a CPU set for every process or for none")
         for proc in pinned:
-            cpus = parse_cpuset(proc.cpuset or "", field_name=f"cpuset of {proc.role}{proc.index}", host=host)
+            cpus = _read_cpuset(proc.cpuset or "", field_name=f"cpuset of {proc.role}{proc.index}", host=host)
             overlap = union & cpus
             if overlap:
                 raise DlinfraError(

@@ -11,7 +11,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-from dlinfra.providers.libvirt.spec import GuestSpec, PciAddress, format_cpuset
+from dlinfra.payload.cpuset import format_cpuset
+from dlinfra.providers.libvirt.spec import GuestSpec, PciAddress
 
 METADATA_NS = "urn:dlinfra:run:1"
 METADATA_KEY = "dlinfra"

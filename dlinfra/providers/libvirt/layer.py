@@ -25,7 +25,7 @@ from dlinfra.providers.libvirt.spec import GUEST_FIELDS, GuestSpec
 from dlinfra.providers.libvirt.sweeping import discover_libvirt_runs, sweep_libvirt_run
 
 if TYPE_CHECKING:
-    from dlinfra.orchestration.sweep import SweepReport
+    from dlinfra.orchestration.sweep_report import SweepReport
 
 
 def libvirt_uri(host: InventoryHost, default: str | None = None) -> str:

@@ -24,6 +24,7 @@ from dlinfra.cache import cache_root
 from dlinfra.errors import SpecError, TargetError
 from dlinfra.orchestration.progress import note, say
 from dlinfra.orchestration.runs_registry import RunClaim, claim
+from dlinfra.payload.cpuset import format_cpuset
 from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.libvirt import storage
 from dlinfra.providers.libvirt.boot import (
@@ -46,7 +47,7 @@ from dlinfra.providers.libvirt.network import (
 )
 from dlinfra.providers.libvirt.passthrough import PciDevice, SysfsHost, check_passthrough
 from dlinfra.providers.libvirt.seed import SeedInputs, build_seed_disk, known_hosts_line, make_client_key, make_host_key
-from dlinfra.providers.libvirt.spec import GUEST_FIELDS, GuestSpec, format_cpuset
+from dlinfra.providers.libvirt.spec import GUEST_FIELDS, GuestSpec
 
 if TYPE_CHECKING:
     import libvirt
@@ -169,7 +170,7 @@ class LibvirtProvider:
                 bad = [c for c in cpus if c >= ncpus or not online[c]]
                 if bad:
                     raise SpecError(
-                        f"{where}: {field_name} {format_cpuset(guest.cpuset)} names CPU(s) "
+                        f"{where}: {field_name} {format_cpuset(cpus)} names CPU(s) "
                         f"{format_cpuset(tuple(bad))} that the host does not have online",
                         f"the host's online CPUs are {format_cpuset(tuple(online_cpus))}",
                     )

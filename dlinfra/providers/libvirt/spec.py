@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from dlinfra.errors import SpecError
+from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
 
 Emulation = Literal["never", "allow", "require"]
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
@@ -21,45 +22,14 @@ PCI_ADDRESS_RE = re.compile(
 VENDOR_PRODUCT_RE = re.compile(r"^(?P<vendor>[0-9a-fA-F]{4}):(?P<product>[0-9a-fA-F]{4})$")
 
 
-def parse_cpuset(text: str | int | list[int] | tuple[int, ...] | None, where: str) -> tuple[int, ...]:
-    """Parse ``"0-3,6"`` (or a list of ints) into sorted unique CPU numbers; ``where`` names the field in errors."""
-    if text is None or text == "":
+def _cpuset(value: object, where: str) -> tuple[int, ...]:
+    """An optional CPU set field (``"0-3,6"`` or a list of ints; absent or empty is none), its error naming it."""
+    if value is None or value == "":
         return ()
-    if isinstance(text, int) and not isinstance(text, bool):
-        items: list[int] = [text]
-    elif isinstance(text, list | tuple):
-        items = list(text)
-    else:
-        items = []
-        for part in str(text).split(","):
-            part = part.strip()
-            match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-            if not match:
-                raise SpecError(f"{where}: {text!r} is not a CPU set", "write it like 0-3,6")
-            low, high = int(match.group(1)), int(match.group(2) or match.group(1))
-            if high < low:
-                raise SpecError(f"{where}: range {part!r} runs backwards", "write the lower CPU first, like 2-5")
-            items.extend(range(low, high + 1))
-    if any(not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in items):
-        raise SpecError(f"{where}: {text!r} is not a CPU set", "CPU numbers are integers >= 0")
-    return tuple(sorted(set(items)))
-
-
-def format_cpuset(cpus: tuple[int, ...]) -> str:
-    """``(0, 1, 2, 5)`` -> ``"0-2,5"``, the form libvirt and taskset take."""
-    parts: list[str] = []
-    start = prev = None
-    for cpu in sorted(cpus):
-        if start is None:
-            start = prev = cpu
-        elif cpu == prev + 1:  # type: ignore[operator]
-            prev = cpu
-        else:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = cpu
-    if start is not None:
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ",".join(parts)
+    try:
+        return parse_cpuset(value)
+    except CpuSetError as exc:
+        raise SpecError(f"{where}: {exc}", "write it like 0-3,6") from None
 
 
 @dataclass(frozen=True)
@@ -159,8 +129,8 @@ class GuestSpec:
             name=str(data["name"]),
             vcpus=data.get("vcpus", 1),
             memory_mib=data.get("memory_mib", 1024),
-            cpuset=parse_cpuset(data.get("cpuset"), f"{where}.cpuset"),
-            emulator_cpuset=parse_cpuset(data.get("emulator_cpuset"), f"{where}.emulator_cpuset"),
+            cpuset=_cpuset(data.get("cpuset"), f"{where}.cpuset"),
+            emulator_cpuset=_cpuset(data.get("emulator_cpuset"), f"{where}.emulator_cpuset"),
             numa_node=data.get("numa_node"),
             hugepages=bool(data.get("hugepages", False)),
             devices=tuple(DeviceRequest.parse(d, f"{where}.devices") for d in data.get("devices", ())),

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dlinfra.orchestration.runs_registry import runs_dir
 
 if TYPE_CHECKING:
-    from dlinfra.orchestration.sweep import SweepReport
+    from dlinfra.orchestration.sweep_report import SweepReport
 
 LABEL = re.compile(r"^dlinfra-(r[0-9a-f]{8})(?:-|$)")
 LOCAL_LIBVIRT = "qemu:///system"
