@@ -11,6 +11,9 @@ from rich.table import Table
 
 from dlinfra.cli.common import console, store_from
 
+#: Columns of `results show`, one row per process per run.
+_RUN_COLUMNS = ("workload", "layer", "provider", "mode", "role", "host", "repeat", "status", "examples/s", "elapsed s")
+
 
 @click.group(
     epilog="""\b
@@ -58,12 +61,13 @@ def show(ctx: click.Context, campaign: str, as_json: bool) -> None:
             click.echo(json.dumps(json.loads(run["record_json"]), sort_keys=True))
         return
     table = Table(title=f"campaign {campaign_id}")
-    for name in ("workload", "layer", "mode", "role", "host", "repeat", "status", "examples/s", "elapsed s"):
+    for name in _RUN_COLUMNS:
         table.add_column(name)
     for r in runs:
+        status = r["status"] if r["status"] == "ok" else f"[red]{r['failure_reason']}[/red]"
         table.add_row(
-            r["workload"], r["layer"], r["mode"], f"{r['role']}:{r['task_index']}", r["physical_host"],
-            str(r["repeat"]), r["status"] if r["status"] == "ok" else f"[red]{r['failure_reason']}[/red]",
+            r["workload"], r["layer"], r["provider"] or "-", r["mode"], f"{r['role']}:{r['task_index']}",
+            r["physical_host"], str(r["repeat"]), status,
             f"{r['examples_per_sec']:.1f}" if r["examples_per_sec"] is not None else "-",
             f"{r['elapsed_s']:.2f}" if r["elapsed_s"] is not None else "-",
         )  # fmt: skip
