@@ -35,6 +35,7 @@ from dlinfra import secrets
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.orchestration.progress import note
 from dlinfra.providers.base import Target
+from dlinfra.transport.ssh import ANSIBLE_SSH_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
@@ -138,7 +139,7 @@ def ansible_config(path: Path, forks: int = 20) -> Path:
                 "",
                 "[ssh_connection]",
                 "pipelining = True",
-                "ssh_args = -o ControlMaster=auto -o ControlPersist=30s -o StrictHostKeyChecking=yes -o BatchMode=yes",
+                f"ssh_args = {ANSIBLE_SSH_ARGS}",
                 f"control_path_dir = {control}",
                 "",
             ]

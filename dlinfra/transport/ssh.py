@@ -25,6 +25,9 @@ from fabric import Config, Connection
 from dlinfra.errors import TargetError
 from dlinfra.transport.base import CommandResult, LinkLost, Transport
 
+#: Ansible's OpenSSH options (its ansible.cfg): one multiplexed connection per host, host keys always checked.
+ANSIBLE_SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=30s -o StrictHostKeyChecking=yes -o BatchMode=yes"
+
 
 def remote_command(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
     """One remote command line from an argument list; every piece is quoted, values never parsed by a shell."""
