@@ -238,6 +238,7 @@ class ContainerProvider(Provider):
     def create_dependencies(self, spec: LayerSpec) -> None:
         """Hosts (guests for ctr-vm), their engines (dockerd started where none runs), the image on each."""
         self._opts = opts = self._options(spec)
+        self._artifacts = spec.artifacts_dir  # where the up/down plays keep their inventory and artifacts
         hosts = self._hosts(spec)
         if opts.get("hosts"):  # only the hosts these patterns name (as a workload's hosts) get containers
             chosen = [h for pattern in opts["hosts"] for h in match_pattern(pattern, hosts, _names)]
@@ -277,7 +278,7 @@ class ContainerProvider(Provider):
                 self._tarballs[kind] = self._tarballs.get(kind) or str(save_image(local, built.tag))
                 self._record("image", key=f"{he.engine.label} {built.tag}", ref=built.tag, **engine_where(he.engine))
                 he.loaded_images.append(built.tag)
-        self._chosen, self._images, self._artifacts = hosts, images, spec.artifacts_dir
+        self._chosen, self._images = hosts, images
 
     def create(self, spec: LayerSpec) -> list[Target]:
         """One container per host (spread: processes_per_host of them), each pinned to its CPU chunk: one up play."""
