@@ -2,9 +2,10 @@
 
 The test makes its own small "host": a network namespace with a veth to this
 machine (what the testbed does, minus sshd), then checks both ways of putting
-containers in it: a dockerd started inside the namespace, and podman joining it
-with ``--network ns:``. It also ships the image there with save/load (no registry),
-and stops that dockerd to check the "engine stopped" message names the host.
+containers in it (the up playbook): a dockerd started inside the namespace, and podman
+joining it with ``--network ns:``. It also ships the image there with save and the
+payload_image role (no registry), and stops that dockerd to check the "engine stopped"
+message names the host.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from support import need, need_binary
 from dlinfra.errors import TargetError
 from dlinfra.providers.containers import daemons
 from dlinfra.providers.containers.engine import Engine
-from dlinfra.providers.containers.image import ship_image
+from dlinfra.providers.containers.image import save_image
+from dlinfra.providers.containers.playbook import PlayHost, run_down, run_up
 from dlinfra.providers.containers.run import ContainerSpec, NetworkMode, Resources, remove_run, run_container
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -102,27 +104,27 @@ def test_docker_container_on_a_testbed_host_is_in_its_network(
     engine = daemons.ensure_dockerd(fake_host.netns, host="tb-host1")
     try:
         assert daemons.ensure_dockerd(fake_host.netns, host="tb-host1") == engine  # idempotent: reused
-        loaded = ship_image(docker, docker_tiny.tag, [engine])
-        assert loaded == [engine]  # shipped without a registry: save here, load there
-        assert ship_image(docker, docker_tiny.tag, [engine]) == []  # second time: nothing to do
-        name = f"dlinfra-{run_id}-tb"
-        run_container(
-            engine,
-            ContainerSpec(name, docker_tiny.tag, run_id, NetworkMode.parse(f"netns:{fake_host.netns}"), Resources()),
-        )
+        name, bridged = f"dlinfra-{run_id}-tb", f"dlinfra-{run_id}-tbb"
+        mode = NetworkMode.parse(f"netns:{fake_host.netns}")
+        containers = [
+            ContainerSpec(name, docker_tiny.tag, run_id, mode, Resources()),
+            # A bridge network there is a bridge inside X, NATed out through X's address.
+            ContainerSpec(bridged, docker_tiny.tag, run_id, NetworkMode("bridge")),
+        ]
+        tarball = str(save_image(docker, docker_tiny.tag))
+        host = PlayHost("tb-host1", engine, containers=containers, image=(tarball, docker_tiny.tag))
+        assert not engine.exists("image", docker_tiny.tag)
+        run_up([host], run_id)  # shipped without a registry: saved here, loaded there by the payload_image role
+        assert engine.exists("image", docker_tiny.tag)
         addrs = json.loads(engine.run("exec", name, "python", "-c", ADDRS).stdout)
         assert fake_host.address in addrs and "192.0.2.2" not in addrs
         # Its routes are the host's: a TCP connect to the peer on the veth gets an answer (refused).
         probe = f"import socket; s = socket.socket(); s.settimeout(3); print(s.connect_ex(('{fake_host.peer}', 9)))"
         code = int(engine.run("exec", name, "python", "-c", probe).stdout.strip())
         assert code in (0, 111)  # refused = reached the peer (nothing listens on port 9); not unreachable
-        # A bridge network there is a bridge inside X, NATed out through X's address.
-        bridged = f"dlinfra-{run_id}-tbb"
-        run_container(engine, ContainerSpec(bridged, docker_tiny.tag, run_id, NetworkMode("bridge")))
         code = int(engine.run("exec", bridged, "python", "-c", probe).stdout.strip())
         assert code in (0, 111)
-        removed = remove_run(engine, run_id, images=[docker_tiny.tag])
-        assert sorted(removed["containers"]) == [name, bridged] and removed["images"] == [docker_tiny.tag]
+        run_down([PlayHost("tb-host1", engine, remove_images=[docker_tiny.tag])], run_id)
         assert engine.run("ps", "-aq").stdout.strip() == ""
         assert not engine.exists("image", docker_tiny.tag)
     finally:

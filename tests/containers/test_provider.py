@@ -139,28 +139,34 @@ def provider_image_tag(wheelhouse: Path) -> str:
 
 
 def test_engine_over_ssh_checks_loads_runs_and_cleans(testbed, docker: Engine, docker_tiny) -> None:
-    """The real-host path: every engine command over SSH (quoted argv), the image streamed into `docker load`."""
+    """The real-host path: the up/down playbooks over SSH (the image copied there, loaded), engine checks over SSH."""
+    import sys
+
     from dlinfra.providers.containers.daemons import ensure_dockerd, stop_dockerd
-    from dlinfra.providers.containers.image import ship_image
+    from dlinfra.providers.containers.image import save_image
+    from dlinfra.providers.containers.playbook import PlayHost, run_down, run_up
     from dlinfra.providers.containers.provider import ssh_via
-    from dlinfra.providers.containers.run import ContainerSpec, NetworkMode, Resources, remove_run, run_container
+    from dlinfra.providers.containers.run import ContainerSpec, NetworkMode, Resources, remove_run
 
     hosts, _ = testbed
     host = hosts[0]
     local = ensure_dockerd(host.vars["dlinfra_netns"], host=host.name)  # the host's own dockerd
     remote = Engine("docker", host=host.name, socket=local.socket, via=ssh_via(host))
+    # community.docker needs requests in the host's interpreter: the testbed's hosts share this machine's disk.
+    reach = {**host.ssh.ansible_vars(), "ansible_python_interpreter": sys.executable}
     run_id = f"s{secrets.token_hex(3)}"
     try:
         assert remote.check_available()
-        assert ship_image(docker, docker_tiny.tag, [remote]) == [remote]  # streamed over SSH
         name = f"dlinfra-{run_id}-ssh"
-        record = run_container(remote, ContainerSpec(name, docker_tiny.tag, run_id, NetworkMode("host"), Resources()))
-        assert record["HostConfig"]["NetworkMode"] == "host"
+        spec = ContainerSpec(name, docker_tiny.tag, run_id, NetworkMode("host"), Resources())
+        image = (str(save_image(docker, docker_tiny.tag)), docker_tiny.tag)
+        report = run_up([PlayHost(host.name, remote, reach, [spec], image=image)], run_id)
+        assert report[host.name]["containers"][name]["HostConfig"]["NetworkMode"] == "host"
         addrs = json.loads(remote.run("exec", name, "python", "-c", ADDRS).stdout)
         assert host.address in addrs
         echo = remote.run("exec", name, "python", "-c", "import sys; print(sys.argv[1])", "a b; $(reboot) 'q'")
         assert echo.stdout.strip() == "a b; $(reboot) 'q'"  # quoted through the remote shell, never run
-        remove_run(remote, run_id, images=[docker_tiny.tag])
+        run_down([PlayHost(host.name, remote, reach, remove_images=[docker_tiny.tag])], run_id)
         assert remote.run("ps", "-aq").stdout.strip() == ""
         assert not remote.exists("image", docker_tiny.tag)
     finally:

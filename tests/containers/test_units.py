@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.providers.containers.engine import Engine
 from dlinfra.providers.containers.image import split_lock
+from dlinfra.providers.containers.playbook import PlayHost, role_container
 from dlinfra.providers.containers.run import (
     ContainerSpec,
     NetworkMode,
     Process,
     Resources,
-    create_args,
-    gpu_args,
-    network_args,
     plan_containers,
+    role_network,
 )
 
 
@@ -48,15 +45,19 @@ def test_network_modes() -> None:
     assert NetworkMode.parse("netns:h1") == NetworkMode("netns", "/run/netns/h1")
     with pytest.raises(DlinfraError, match="'overlay' is not a container network mode"):
         NetworkMode.parse("overlay")
+    assert NetworkMode.parse("container:c1") == NetworkMode("container", "c1")
     podman = Engine("podman", host="h1")
-    assert network_args(podman, NetworkMode.parse("netns:h1"), "r") == ["--network", "ns:/run/netns/h1"]
-    assert network_args(Engine("docker", netns="h1"), NetworkMode.parse("netns:h1"), "r") == ["--network", "host"]
+    assert role_network(podman, NetworkMode.parse("netns:h1")) == "ns:/run/netns/h1"
+    assert role_network(Engine("docker", netns="h1"), NetworkMode.parse("netns:h1")) == "host"
     with pytest.raises(TargetError, match="docker cannot join network namespace"):
-        network_args(Engine("docker", host="h2"), NetworkMode.parse("netns:h1"), "r")
-    assert network_args(podman, NetworkMode.parse("bridge"), "r9") == ["--network", "dlinfra-r9"]
+        role_network(Engine("docker", host="h2"), NetworkMode.parse("netns:h1"))
+    assert role_network(podman, NetworkMode.parse("bridge")) == "bridge"
+    assert role_network(podman, NetworkMode.parse("bridge:net1")) == "bridge:net1"
+    with pytest.raises(TargetError, match="bridge networks are not offered for podman on local-testbed hosts"):
+        role_network(Engine("podman", host="h1", netns="h1"), NetworkMode.parse("bridge"))
 
 
-def test_create_args_are_an_argument_list_with_limits_and_no_privilege() -> None:
+def test_a_container_as_the_role_takes_it() -> None:
     spec = ContainerSpec(
         name="c1",
         image="img:1",
@@ -64,22 +65,55 @@ def test_create_args_are_an_argument_list_with_limits_and_no_privilege() -> None
         network=NetworkMode("bridge"),
         resources=Resources(cpuset="0-1", cpus=1.5, memory_bytes=512 * 2**20),
         env={"A": "x; rm -rf /"},
+        ports=(23000,),
+        results_dir="/srv/out",
+        runs_mount="/opt/dlinfra/runs",
     )
-    args = create_args(Engine("podman"), spec)
-    pairs = set(itertools.pairwise(args))
-    assert "--privileged" not in args
-    for flag, value in [
-        ("--cpuset-cpus", "0-1"),
-        ("--cpus", "1.5"),
-        ("--memory", str(512 * 2**20)),
-        ("--label", "dlinfra.run=r1"),
-        ("--cap-drop", "ALL"),
-        ("--env", "A=x; rm -rf /"),
-        ("--ulimit", "nofile=20000:20000"),
-    ]:
-        assert (flag, value) in pairs
-    assert "--read-only" in args
-    assert args[-3:] == ["img:1", "sleep", "infinity"]
+    item = role_container(Engine("podman"), spec)
+    assert item == {
+        "name": "c1",
+        "image": "img:1",
+        "network": "bridge",
+        "labels": {},
+        "read_only": True,
+        "volumes": ["/srv/out:/results:rw"],
+        "ports": [23000],
+        "env": {"A": "x; rm -rf /"},  # a value, never a shell word
+        "command": ["sleep", "infinity"],
+        "runs_mount": "/opt/dlinfra/runs",
+        "cpuset": "0-1",
+        "cpus": 1.5,
+        "memory_bytes": 512 * 2**20,
+    }
+    with pytest.raises(DlinfraError, match="ports are published only in bridge mode"):
+        role_container(Engine("docker"), ContainerSpec("c2", "img:1", "r1", NetworkMode("host"), ports=(1,)))
+    with pytest.raises(DlinfraError, match="container name 'a b' is not valid"):
+        role_container(Engine("docker"), ContainerSpec("a b", "img:1", "r1"))
+    with pytest.raises(DlinfraError, match="host h1: gpus 'many'"):
+        role_container(
+            Engine("docker", host="h1"), ContainerSpec("c3", "img:1", "r1", resources=Resources(gpus="many"))
+        )
+
+
+def test_inventory_of_the_container_playbooks() -> None:
+    """Local-testbed engines are driven from here (connection local), other hosts over SSH with their python."""
+    sock = Engine("docker", host="h1", socket="/run/dlinfra/docker-ns1.sock", netns="ns1")
+    local = PlayHost("h1", sock, containers=[ContainerSpec("c1", "img:1", "r1")], runs_root="/h1/ctr/r1",
+                     image=("/cache/image.tar", "img:1"))  # fmt: skip
+    hv = local.host_vars("r1")
+    assert hv["ansible_connection"] == "local"
+    assert hv["payload_container_docker_host"] == "unix:///run/dlinfra/docker-ns1.sock"
+    assert hv["payload_container_netns"] == ""  # docker: the daemon lives in the namespace already
+    assert hv["payload_image_tarball_on_host"] is True and hv["payload_image_socket"] == sock.socket
+    pod = PlayHost("h2", Engine("podman", host="h2", netns="ns2")).host_vars("r1")
+    assert pod["payload_container_netns"] == "ns2" and pod["payload_container_podman_runtime"] == "runc"
+    assert pod["payload_container_podman_ulimits"] == ["nofile=20000:20000", "nproc=32768:32768"]
+    assert "payload_image_ref" not in pod
+    far = PlayHost("h3", Engine("docker", host="h3", via=("ssh", "h3")), ansible={"ansible_host": "10.0.0.3"})
+    far.image = ("/cache/image.tar", "img:1")
+    hv = far.host_vars("r1")
+    assert hv["ansible_host"] == "10.0.0.3" and "ansible_connection" not in hv
+    assert hv["payload_image_tarball_on_host"] is False  # copied there by the role
 
 
 def test_bad_resource_values_name_host_and_field() -> None:
@@ -93,19 +127,6 @@ def test_bad_resource_values_name_host_and_field() -> None:
         Resources(cpus="two").validate("h1")  # type: ignore[arg-type]
     with pytest.raises(DlinfraError, match="host h1: gpus 'many'"):
         Resources(gpus="many").validate("h1")
-
-
-def test_gpus_asked_for_and_absent_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dlinfra.providers.containers.run.nvidia_devices", lambda engine: [])
-    with pytest.raises(TargetError, match=r"docker on h1: GPUs were requested .* no /dev/nvidia"):
-        gpu_args(Engine("docker", host="h1"), "all")
-    monkeypatch.setattr(
-        "dlinfra.providers.containers.run.nvidia_devices",
-        lambda engine: ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"],
-    )
-    args = gpu_args(Engine("podman", host="h1"), "1", toolkit=False)
-    assert args == ["--device", "/dev/nvidia1", "--device", "/dev/nvidiactl", "--device", "/dev/nvidia-uvm"]
-    assert gpu_args(Engine("docker", host="h1"), "0,1", toolkit=True) == ["--gpus", "device=0,1"]
 
 
 def test_split_lock_separates_dlinfra_from_third_party() -> None:

@@ -9,7 +9,7 @@ every ``bm`` target's venv. Two layers: third-party wheels (TensorFlow, ~1 min
 to install, rebuilt only when their pins change) and dlinfra itself (seconds),
 each tagged by a hash of its inputs, so an unchanged image is never rebuilt.
 Images are saved with ``save`` and cached on the controller keyed by the image
-id, then ``load``-ed on each host (locally, over SSH, or by the payload_image role).
+id, then loaded on each host where it is missing by the payload_image role (the containers' up playbook).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -247,31 +246,3 @@ def save_image(engine: Engine, ref: str) -> Path:
     partial.rename(tarball)  # atomic: a half-written tarball is never taken for a cached one
     (folder / "meta.json").write_text(json.dumps({"engine": engine.kind, "id": image_id, "ref": ref}))
     return tarball
-
-
-def load_image(engine: Engine, tarball: Path, ref: str) -> bool:
-    """Load ``tarball`` into ``engine`` unless ``ref`` is already there; returns whether it loaded.
-
-    On a remote host the tarball streams over the SSH connection (``load`` reads stdin).
-    """
-    if engine.exists("image", ref):
-        return False
-    if not engine.via:
-        engine.run("load", "-i", str(tarball), what="load image", timeout=1800)
-    else:
-        with open(tarball, "rb") as stream:
-            result = subprocess.run(engine.argv("load"), stdin=stream, capture_output=True, timeout=1800)
-        if result.returncode != 0:
-            raise TargetError(f"{engine.label}: image load failed: {result.stderr.decode(errors='replace')[-300:]}")
-    if not engine.exists("image", ref):
-        raise TargetError(f"{engine.label}: {tarball.name} loaded but {ref} is not there", "was it saved from it?")
-    return True
-
-
-def ship_image(source: Engine, ref: str, targets: list[Engine]) -> list[Engine]:
-    """Save once on the controller, load on every target engine that lacks it; returns those that loaded."""
-    missing = [engine for engine in targets if not engine.exists("image", ref)]
-    if not missing:
-        return []
-    tarball = save_image(source, ref)
-    return [engine for engine in missing if load_image(engine, tarball, ref)]

@@ -9,10 +9,17 @@ and change what is measured. Result files: the payload writes them under
 ``target.runs_dir`` inside the container, a bind mount of a host folder, so
 they are read through the host's transport.
 
-Engine access per host: a local-testbed host (``dlinfra_netns`` host var) is
-driven from the controller directly (a dockerd inside its namespace, or podman
-joining it with ``--network ns:``); any other host over SSH with the engine CLI.
-The image is built once on the controller, saved once, loaded where missing.
+Provisioning is Ansible: ``playbooks/providers/containers/up.yml`` (roles
+``payload_image`` and ``payload_container``) loads the image where it is missing
+and creates the run's network and containers on every host at once; ``down.yml``
+removes them by the run's label (:mod:`dlinfra.providers.containers.playbook`).
+This class computes what goes where (hosts, CPU chunks, names, ports) and builds
+the targets from the inspect records the play reports. A local-testbed host
+(``dlinfra_netns`` host var) is driven from the controller (connection local: a
+dockerd inside its namespace, started here by :mod:`daemons`, or podman joining
+it with ``ns:``); any other host over SSH. The image is built once on the
+controller and saved once. ``sweep``/``discover`` work without an inventory
+(after a crash) and use the engine CLI.
 """
 
 from __future__ import annotations
@@ -37,7 +44,10 @@ from dlinfra.payload.cpuset import format_cpuset, split_cpuset
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.containers import daemons
 from dlinfra.providers.containers.engine import Engine
-from dlinfra.providers.containers.image import VENV, build_payload_image, load_image, save_image
+from dlinfra.providers.containers.image import VENV, build_payload_image, save_image
+from dlinfra.providers.containers.playbook import DOWN as DOWN_PLAYBOOK
+from dlinfra.providers.containers.playbook import UP as UP_PLAYBOOK
+from dlinfra.providers.containers.playbook import PlayHost, run_down, run_up
 from dlinfra.providers.containers.run import (
     PLACEMENTS,
     RUN_LABEL,
@@ -50,7 +60,6 @@ from dlinfra.providers.containers.run import (
     engine_where,
     remove_run,
     run_labels,
-    run_network_name,
 )
 from dlinfra.transport import ContainerAccess
 
@@ -63,10 +72,12 @@ class HostEngine:
 
     host: str
     engine: Engine
+    #: How Ansible reaches a host over SSH (empty: an engine of this machine, connection local).
+    ansible: dict[str, Any] = field(default_factory=dict)
     loaded_images: list[str] = field(default_factory=list)
     started_dockerd: bool = False
+    #: The run's results folder there (as asked for, then as the play reports it: absolute).
     results_root: str | None = None
-    results_owner: str | None = None  # "UID:GID" of results_root: containers run as it
 
 
 def ssh_via(host: InventoryHost) -> tuple[str, ...]:
@@ -76,11 +87,6 @@ def ssh_via(host: InventoryHost) -> tuple[str, ...]:
 
 def _names(host: Any) -> set[str]:
     return {host.name, *host.groups}
-
-
-def _remote(engine: Engine, argv: list[str], *, check: bool = True, timeout: float = 120) -> None:
-    """Run ``argv`` on the engine's SSH host; ssh hands the remote shell one string, so it is quoted here."""
-    subprocess.run([*engine.via, shlex.join(argv)], check=check, capture_output=True, timeout=timeout)
 
 
 def _no_init_system() -> bool:
@@ -133,6 +139,8 @@ class ContainerProvider(Provider):
         self._opts: dict[str, Any] = {}
         self._chosen: list[Any] = []
         self._images: dict[str, str] = {}
+        self._tarballs: dict[str, str] = {}
+        self._artifacts: Path | None = None
         self._guests: dict[str, Target] = {}
 
     def _record(self, kind: str, *, key: str, **where: Any) -> None:
@@ -203,33 +211,34 @@ class ContainerProvider(Provider):
             return HostEngine(host.name, engine)
         engine = Engine(kind, host=host.name, via=ssh_via(host))  # type: ignore[arg-type]
         engine.check_available()
-        return HostEngine(host.name, engine)
+        reach = {
+            **host.ssh.ansible_vars(),
+            "ansible_python_interpreter": host.vars.get("ansible_python_interpreter", "auto_silent"),
+        }
+        return HostEngine(host.name, engine, ansible=reach)
 
     def _results_root(self, he: HostEngine, host: Any, run_id: str) -> str:
-        """The host folder holding this run's bind-mounted results (created; absolute)."""
+        """The host folder that will hold this run's bind-mounted results (the up play creates it), recorded first.
+
+        On this machine it is absolute; over SSH a home that is not absolute is below the login's home
+        (``~/``), which the play resolves and reports.
+        """
         home = str(host.home)
         if not he.engine.via:
-            root = Path(os.path.expanduser(home)) / "ctr" / run_id
-            self._record("folder", key=str(root), host=he.host, path=str(root), via=[])
-            root.mkdir(parents=True, exist_ok=True)
-            he.results_owner = f"{root.stat().st_uid}:{root.stat().st_gid}"
-            return str(root)
-        if not home.startswith("/"):
-            out = subprocess.run([*he.engine.via, 'echo "$HOME"'], capture_output=True, text=True, timeout=60)
-            base = out.stdout.strip()
-            home = f"{base}/{home[2:] if home.startswith('~/') else home}"
+            root = os.path.abspath(Path(os.path.expanduser(home)) / "ctr" / run_id)
+            self._record("folder", key=root, host=he.host, path=root, via=[])
+            return root
+        if not home.startswith(("/", "~/")):
+            home = f"~/{home}"
         root = f"{home}/ctr/{run_id}"
         self._record("folder", key=f"{he.host}:{root}", host=he.host, path=root, via=list(he.engine.via))
-        _remote(he.engine, ["mkdir", "-p", root], timeout=60)
-        owner = subprocess.run([*he.engine.via, shlex.join(["stat", "-c", "%u:%g", root])], capture_output=True,
-                               text=True, timeout=60)  # fmt: skip
-        he.results_owner = owner.stdout.strip() or None
         return root
 
     # ------------------------------------------------------------------ up
     def create_dependencies(self, spec: LayerSpec) -> None:
         """Hosts (guests for ctr-vm), their engines (dockerd started where none runs), the image on each."""
         self._opts = opts = self._options(spec)
+        self._artifacts = spec.artifacts_dir  # where the up/down plays keep their inventory and artifacts
         hosts = self._hosts(spec)
         if opts.get("hosts"):  # only the hosts these patterns name (as a workload's hosts) get containers
             chosen = [h for pattern in opts["hosts"] for h in match_pattern(pattern, hosts, _names)]
@@ -259,33 +268,34 @@ class ContainerProvider(Provider):
             raise DlinfraError(f"layer {self.layer}: no wheelhouse to build the payload image from", "a bug")
         kinds = sorted({he.engine.kind for he in self.hosts})
         images: dict[str, str] = {}
-        for kind in kinds:
+        for kind in kinds:  # built and saved here; the up play loads it where it is missing (role payload_image)
             local = controller_engine(kind)
             built = build_payload_image(local, wh_path, wh_lock, base=opts.get("base_image"))
             images[kind] = built.tag
-            tarball: Path | None = None
             for he in self.hosts:
                 if he.engine.kind != kind or he.engine.exists("image", built.tag):
                     continue
-                tarball = tarball or save_image(local, built.tag)
+                self._tarballs[kind] = self._tarballs.get(kind) or str(save_image(local, built.tag))
                 self._record("image", key=f"{he.engine.label} {built.tag}", ref=built.tag, **engine_where(he.engine))
-                if load_image(he.engine, tarball, built.tag):
-                    he.loaded_images.append(built.tag)
+                he.loaded_images.append(built.tag)
         self._chosen, self._images = hosts, images
 
     def create(self, spec: LayerSpec) -> list[Target]:
-        """One container per host (spread: processes_per_host of them), each pinned to its CPU chunk."""
-        opts, hosts, images, run_id, targets = self._opts, self._chosen, self._images, str(self.run_id), []
+        """One container per host (spread: processes_per_host of them), each pinned to its CPU chunk: one up play."""
+        opts, hosts, images, run_id = self._opts, self._chosen, self._images, str(self.run_id)
         network: NetworkMode = opts["network_mode"]
         n = 1 if opts["placement"] == "single" else int(opts.get("processes_per_host", 1))
         per_host = 1 if opts["placement"] == "pack" else n
         port_base = int(opts.get("port_base", 23000))
         ports_each = int(opts.get("ports_per_container", 2 if network.kind == "bridge" else 0))
         publish = network.kind == "bridge" and len(hosts) > 1
+        plays: list[PlayHost] = []
+        placed: list[list[tuple[ContainerSpec, list[int], tuple[int, ...]]]] = []
         for host, he in zip(hosts, self.hosts, strict=True):
             he.results_root = self._results_root(he, host, run_id)
             cpus = list(host.cpus)
             chunks = split_cpuset(cpus, per_host) if cpus and (opts.get("pin", True) or per_host == 1) else []
+            mine: list[tuple[ContainerSpec, list[int], tuple[int, ...]]] = []
             for i in range(per_host):
                 chunk = chunks[i] if chunks else (cpus if per_host == 1 else [])
                 if chunks and not chunk:
@@ -293,15 +303,9 @@ class ContainerProvider(Provider):
                         f"host {host.name}: {per_host} containers need at least {per_host} CPUs, it has {len(cpus)}",
                         "lower processes_per_host or use placement pack",
                     )
-                name = f"dlinfra-{run_id}-{host.name}-{i}"
-                host_runs = f"{he.results_root}/{name}"
-                if he.engine.via:
-                    _remote(he.engine, ["mkdir", "-p", host_runs])
-                else:
-                    Path(host_runs).mkdir(parents=True, exist_ok=True)
                 ports = tuple(port_base + i * max(ports_each, 1) + k for k in range(ports_each)) if publish else ()
                 cspec = ContainerSpec(
-                    name=name,
+                    name=f"dlinfra-{run_id}-{host.name}-{i}",
                     image=images[he.engine.kind],
                     run_id=run_id,
                     network=network,
@@ -311,13 +315,24 @@ class ContainerProvider(Provider):
                         memory_bytes=opts.get("memory_bytes"),
                         gpus=opts.get("gpus"),
                     ),
-                    volumes=((host_runs, f"{HOME_IN_CONTAINER}/runs"),),  # the target's runs_dir, seen on the host
+                    runs_mount=f"{HOME_IN_CONTAINER}/runs",  # the target's runs_dir: RUNS_ROOT/NAME on the host
                     ports=ports,
                     labels={"dlinfra.layer": self.layer, "dlinfra.host": host.name},
-                    user=he.results_owner,
-                )
-                record = self._start(he, cspec)
-                targets.append(self._target(host, he, cspec, record, host_runs, chunk, ports))
+                )  # no user: the play runs it as the owner of the results folder (root then needs no capability)
+                mine.append((cspec, list(chunk), ports))
+            kind = he.engine.kind
+            image = (self._tarballs[kind], images[kind]) if images[kind] in he.loaded_images else None
+            plays.append(PlayHost(host.name, he.engine, he.ansible, [c for c, _, _ in mine], he.results_root, image))
+            placed.append(mine)
+        with phase(f"{self.layer}: {len(plays)} host(s), {UP_PLAYBOOK}"):
+            reports = run_up(plays, run_id, artifacts_dir=self._artifacts)
+        targets = []
+        for host, he, mine in zip(hosts, self.hosts, placed, strict=True):
+            report = reports[host.name]
+            he.results_root = str(report.get("runs_root") or he.results_root)
+            for cspec, chunk, ports in mine:
+                record = report["containers"][cspec.name]
+                targets.append(self._target(host, he, cspec, record, f"{he.results_root}/{cspec.name}", chunk, ports))
         return targets
 
     def _hosts(self, spec: LayerSpec) -> list[Any]:
@@ -343,14 +358,6 @@ class ContainerProvider(Provider):
             self._guests = {g.name: g for g in guests}
             return [guest_as_host(g, self.layer) for g in guests]
         return [h for h in spec.hosts if self.layer in h.layers]
-
-    def _start(self, he: HostEngine, cspec: ContainerSpec) -> dict:
-        from dlinfra.providers.containers.run import create_args, ensure_network, inspect_container
-
-        if cspec.network.kind == "bridge" and cspec.network.value is None:
-            ensure_network(he.engine, run_network_name(cspec.run_id), cspec.run_id)
-        he.engine.run(*create_args(he.engine, cspec), what=f"run {cspec.name}")
-        return inspect_container(he.engine, cspec.name)
 
     def _target(
         self, host: Any, he: HostEngine, cspec: ContainerSpec, record: dict, host_runs: str, chunk: list[int], ports
@@ -405,17 +412,23 @@ class ContainerProvider(Provider):
 
     # ---------------------------------------------------------------- down
     def delete(self) -> None:
-        """Containers, networks, loaded images, results folders, and dockerds this run started."""
+        """Containers, networks, loaded images and results folders (the down play), and dockerds this run started."""
         if self.run_id is None:
             return
+        plays = [
+            PlayHost(
+                he.host,
+                he.engine,
+                he.ansible,
+                runs_root=he.results_root or "",
+                remove_images=[] if self.keep_images else he.loaded_images,
+            )
+            for he in self.hosts
+        ]
+        if plays:
+            with phase(f"{self.layer}: {len(plays)} host(s), {DOWN_PLAYBOOK}"):
+                run_down(plays, self.run_id, artifacts_dir=self._artifacts)
         for he in self.hosts:
-            images = [] if self.keep_images else he.loaded_images
-            remove_run(he.engine, self.run_id, images=images)
-            if he.results_root:
-                if he.engine.via:
-                    _remote(he.engine, ["rm", "-rf", he.results_root], check=False)
-                else:
-                    shutil.rmtree(he.results_root, ignore_errors=True)
             if he.started_dockerd and he.engine.netns and not _others_use(he.engine, self.run_id):
                 daemons.stop_dockerd(he.engine.netns)
         self.hosts = []
@@ -539,7 +552,11 @@ def _sweep_folder(label: str, entry: dict[str, Any], report: SweepReport, *, dry
         if dry_run:
             report.add("run folders", where)
             return
-        out = subprocess.run([*engine.via, shlex.join(["rm", "-rf", "--", path])], capture_output=True, timeout=120)
+        # A folder below the login's home is recorded as ~/...: the remote shell expands the unquoted ~/.
+        command = (
+            f"rm -rf -- ~/{shlex.quote(path[2:])}" if path.startswith("~/") else shlex.join(["rm", "-rf", "--", path])
+        )
+        out = subprocess.run([*engine.via, command], capture_output=True, timeout=120)
         why = out.stderr.decode(errors="replace").strip()[-200:]
         if out.returncode == 0:
             report.add("run folders", where)

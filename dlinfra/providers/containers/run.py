@@ -1,4 +1,4 @@
-"""Run payload containers: placement (spread / pack), network mode, resource controls, GPUs, labels.
+"""Payload containers: placement (spread / pack), network mode, resource controls, GPUs, labels; removal by label.
 
 A payload container is long-lived (``sleep infinity`` as its main process); the
 run engine starts payload processes in it with ``exec``, so one container can
@@ -6,14 +6,19 @@ carry one process (``spread``, seed 000's "Docker Multiple") or several pinned
 to disjoint CPU sets (``pack``, seed 000's "CPU affinity"). Containers run with
 no capabilities, ``no-new-privileges``, a read-only root filesystem, a tmpfs
 ``/tmp`` and one writable results folder bound from the host.
+
+Containers are created by the ``payload_container`` role (``playbooks/providers/containers/up.yml``,
+run by :mod:`dlinfra.providers.containers.playbook`); this module holds what they are made of
+(:class:`ContainerSpec`) and, for ``dlinfra sweep`` after a crash (no inventory left), the removal by
+label through the engine CLI (:func:`remove_run`).
 """
 
 from __future__ import annotations
 
-import glob
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from dlinfra.errors import DlinfraError, TargetError
@@ -41,9 +46,10 @@ def _read_cpuset(text: str, *, field_name: str = "cpuset", host: str = "?") -> f
 # ------------------------------------------------------------------ network
 @dataclass(frozen=True)
 class NetworkMode:
-    """``host``; ``bridge`` (a user-defined network per run, or ``bridge:NAME``); ``netns:PATH``; ``none``."""
+    """``host``; ``bridge`` (a user-defined network per run, or ``bridge:NAME``); ``netns:PATH``; ``none``;
+    ``container:NAME`` (another container's network)."""
 
-    kind: Literal["host", "bridge", "netns", "none"]
+    kind: Literal["host", "bridge", "netns", "none", "container"]
     value: str | None = None
 
     @classmethod
@@ -55,10 +61,15 @@ class NetworkMode:
             if value and not _NAME.match(value):
                 raise DlinfraError(f"network {text!r}: bad network name {value!r}", "letters, digits, '.', '_', '-'")
             return cls("bridge", value or None)
+        if kind == "container" and value and _NAME.match(value):
+            return cls("container", value)
         if kind == "netns" and value:
             path = value if value.startswith("/") else f"/run/netns/{value}"
             return cls("netns", path)
-        raise DlinfraError(f"network {text!r} is not a container network mode", "use host, bridge[:NAME] or netns:PATH")
+        raise DlinfraError(
+            f"network {text!r} is not a container network mode",
+            "use host, bridge[:NAME], none, container:NAME or netns:PATH",
+        )
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.value}" if self.value else self.kind
@@ -69,40 +80,27 @@ def run_network_name(run_id: str) -> str:
     return f"dlinfra-{run_id}"
 
 
-def ensure_network(engine: Engine, name: str, run_id: str) -> bool:
-    """Create the bridge network ``name`` labelled with the run unless it exists; returns whether it created it."""
-    if engine.exists("network", name):
-        return False
-    engine.run("network", "create", "--driver", "bridge", "--label", f"{RUN_LABEL}={run_id}", name, what="network")
-    return True
+def role_network(engine: Engine, mode: NetworkMode) -> str:
+    """The ``network`` of a container in the payload_container role for ``mode`` on ``engine``.
 
-
-def network_args(engine: Engine, mode: NetworkMode, run_id: str) -> list[str]:
-    """``--network`` flags for ``mode`` on ``engine``.
-
-    ``netns:PATH`` on podman joins that namespace directly. Docker has no such
-    option; on Docker the mode is met by a dockerd running inside the namespace
-    (daemons.ensure_dockerd(netns=...)), where it becomes ``--network host``.
+    ``netns:PATH``: podman joins that namespace (``ns:PATH``). Docker has no such option; on Docker the
+    mode is met by a dockerd running inside the namespace (daemons.ensure_dockerd(netns=...)), where it
+    becomes ``host``. On a local-testbed host podman's ``host`` is the host's namespace (the role's
+    ``payload_container_netns``), and bridge networks are not offered there.
     """
-    if engine.kind == "podman" and engine.netns and mode.kind in ("host", "bridge"):
-        # A local-testbed host: podman runs from the controller, so its "host" would be this machine's
-        # network; the host's own network is its namespace.
-        if mode.kind == "bridge":
-            raise TargetError(
-                f"{engine.label}: bridge networks are not offered for podman on local-testbed hosts",
-                "use network host (the host's namespace) or the docker engine there",
-            )
-        return ["--network", f"ns:{NETNS_DIR}/{engine.netns}"]
-    if mode.kind in ("host", "none"):
-        return ["--network", mode.kind]
-    if mode.kind == "bridge":
-        return ["--network", mode.value or run_network_name(run_id)]
+    if engine.kind == "podman" and engine.netns and mode.kind == "bridge":
+        raise TargetError(
+            f"{engine.label}: bridge networks are not offered for podman on local-testbed hosts",
+            "use network host (the host's namespace) or the docker engine there",
+        )
+    if mode.kind != "netns":
+        return str(mode)
     assert mode.value is not None
     if engine.kind == "podman":
-        return ["--network", f"ns:{mode.value}"]
+        return f"ns:{mode.value}"
     ns_name = mode.value.rsplit("/", 1)[-1]
     if engine.netns == ns_name:
-        return ["--network", "host"]
+        return "host"
     raise TargetError(
         f"{engine.label}: docker cannot join network namespace {mode.value} by path",
         f"use the dockerd started inside it (daemons.ensure_dockerd(netns={ns_name!r})) or podman",
@@ -138,56 +136,6 @@ class Resources:
             raise DlinfraError(f"host {host}: gpus {self.gpus!r} must be 'all' or device indexes like 0,1")
 
 
-def nvidia_devices(engine: Engine) -> list[str]:
-    """The /dev/nvidia* device nodes on the engine's host."""
-    if not engine.via:
-        return sorted(glob.glob("/dev/nvidia*"))
-    import subprocess
-
-    result = subprocess.run([*engine.via, "ls -1 /dev/ | grep ^nvidia || true"], capture_output=True, text=True)
-    return [f"/dev/{line.strip()}" for line in result.stdout.splitlines() if line.strip()]
-
-
-def gpu_args(engine: Engine, gpus: str | None, *, toolkit: bool | None = None) -> list[str]:
-    """GPU flags: ``--gpus`` with the NVIDIA container toolkit (docker), else device nodes mapped one by one.
-
-    Asked for and absent -> one clear error naming the host.
-    """
-    if not gpus:
-        return []
-    devices = nvidia_devices(engine)
-    if not devices:
-        raise TargetError(
-            f"{engine.label}: GPUs were requested (gpus={gpus}) but the host has no /dev/nvidia* devices",
-            "run this cell on a GPU host, or drop gpus for it",
-        )
-    if toolkit is None:
-        toolkit = engine.kind == "docker" and "nvidia" in engine.run("info", "--format", "{{json .Runtimes}}").stdout
-    if toolkit:
-        return ["--gpus", "all" if gpus == "all" else f"device={gpus}"]
-    wanted = None if gpus == "all" else {f"/dev/nvidia{i}" for i in gpus.split(",")}
-    chosen = []
-    for dev in devices:
-        numbered = re.fullmatch(r"/dev/nvidia\d+", dev)
-        if numbered and wanted is not None and dev not in wanted:
-            continue
-        if dev.endswith("nvidia-caps") or dev.endswith("nvidia-caps-imex-channels"):
-            continue  # directories, not device nodes
-        chosen.append(dev)
-    return [arg for dev in chosen for arg in ("--device", dev)]
-
-
-def resource_args(resources: Resources) -> list[str]:
-    args: list[str] = []
-    if resources.cpuset is not None:
-        args += ["--cpuset-cpus", resources.cpuset]
-    if resources.cpus is not None:
-        args += ["--cpus", f"{float(resources.cpus):g}"]
-    if resources.memory_bytes is not None:
-        args += ["--memory", str(int(resources.memory_bytes)), "--memory-swap", str(int(resources.memory_bytes))]
-    return args
-
-
 # ---------------------------------------------------------------- container
 @dataclass(frozen=True)
 class ContainerSpec:
@@ -199,6 +147,7 @@ class ContainerSpec:
     network: NetworkMode = NetworkMode("host")
     resources: Resources = Resources()
     results_dir: str | None = None  # host folder bound read-write at /results
+    runs_mount: str | None = None  # where the host's RUNS_ROOT/NAME is bound (with a PlayHost's runs_root)
     ports: tuple[int, ...] = ()  # published on the host (bridge mode, for peers on other hosts)
     volumes: tuple[tuple[str, str], ...] = ()  # (host folder, container folder), read-write
     env: dict[str, str] = field(default_factory=dict)
@@ -206,39 +155,6 @@ class ContainerSpec:
     read_only: bool = True
     command: tuple[str, ...] = ("sleep", "infinity")
     user: str | None = None  # "UID:GID": the owner of the bound results folder (root needs no capability then)
-
-
-def create_args(engine: Engine, spec: ContainerSpec) -> list[str]:
-    """The ``run`` argv for ``spec`` (without the engine prefix): every value is its own argument."""
-    if not _NAME.match(spec.name):
-        raise DlinfraError(f"container name {spec.name!r} is not valid", "letters, digits, '.', '_', '-'")
-    spec.resources.validate(engine.host)
-    args = ["run", "--detach", "--name", spec.name, "--hostname", spec.name[:63]]
-    args += ["--label", f"{RUN_LABEL}={spec.run_id}"]
-    for key, value in spec.labels.items():
-        args += ["--label", f"{key}={value}"]
-    args += ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
-    if spec.user:
-        args += ["--user", spec.user]
-    if spec.read_only:
-        args += ["--read-only", "--tmpfs", "/tmp:rw,exec,size=1g"]  # noqa: S108 - the container's own /tmp
-    if spec.results_dir:
-        args += ["--volume", f"{spec.results_dir}:{RESULTS_IN_CONTAINER}:rw"]
-    for host_dir, inside in spec.volumes:
-        args += ["--volume", f"{host_dir}:{inside}:rw"]
-    args += network_args(engine, spec.network, spec.run_id)
-    if spec.ports:
-        if spec.network.kind != "bridge":
-            raise DlinfraError(f"container {spec.name}: ports are published only in bridge mode (got {spec.network})")
-        for port in spec.ports:
-            args += ["--publish", f"{int(port)}:{int(port)}"]
-    args += resource_args(spec.resources)
-    args += gpu_args(engine, spec.resources.gpus)
-    for key, value in spec.env.items():
-        args += ["--env", f"{key}={value}"]
-    args += engine.create_flags()
-    args += [spec.image, *spec.command]
-    return args
 
 
 #: Claims of runs whose containers were started with :func:`run_container` directly (not through the provider).
@@ -266,27 +182,20 @@ def engine_from(where: dict[str, object], *, timeout: float = 120.0) -> Engine:
     )
 
 
-def run_container(engine: Engine, spec: ContainerSpec) -> dict:
-    """Start the container and return its inspect record (id, address, applied limits).
+def run_container(engine: Engine, spec: ContainerSpec, *, artifacts_dir: Path | None = None) -> dict:
+    """Start one container on an engine of this machine (the up playbook) and return its inspect record.
 
     The run's label is claimed first (``dlinfra sweep`` never touches a live run's containers);
     :func:`remove_run` lets go of it.
     """
+    from dlinfra.providers.containers.playbook import PlayHost, run_up
+
     if spec.run_id not in _CLAIMS:
         _CLAIMS[spec.run_id] = claim(spec.run_id, "engine", key=engine.label, **engine_where(engine))
     else:
         _CLAIMS[spec.run_id].add("engine", key=engine.label, **engine_where(engine))
-    if spec.network.kind == "bridge" and spec.network.value is None:
-        ensure_network(engine, run_network_name(spec.run_id), spec.run_id)
-    engine.run(*create_args(engine, spec), what=f"run {spec.name}")
-    return inspect_container(engine, spec.name)
-
-
-def inspect_container(engine: Engine, name: str) -> dict:
-    data = engine.json("container", "inspect", name, what=f"inspect {name}")
-    if not isinstance(data, list) or not data:
-        raise TargetError(f"{engine.label}: container {name} is not there")
-    return data[0]
+    host = PlayHost(engine.host, engine, containers=[spec])
+    return run_up([host], spec.run_id, artifacts_dir=artifacts_dir)[host.name]["containers"][spec.name]
 
 
 def container_address(record: dict, network: NetworkMode, host_address: str) -> str:

@@ -40,6 +40,7 @@ GUEST_PACKAGES = (
     "linux-image-amd64",
     "openssh-server",
     "python3",
+    "python3-requests",  # community.docker modules (the ctr-vm up playbook) need it on the guest
     "python3-venv",
     "sysbench",  # seed 000 workloads; the sysbench role then needs no root in the guest
     "systemd-sysv",

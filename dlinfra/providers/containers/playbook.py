@@ -1,0 +1,176 @@
+"""Container provisioning is Ansible: the up/down playbooks of the ``payload_container`` role, run for one run.
+
+``playbooks/providers/containers/up.yml`` loads the payload image where it is missing (role
+``payload_image``) and creates the run's bridge network and containers (role ``payload_container``,
+``community.docker`` / ``containers.podman``); ``down.yml`` removes what carries the run's label. This
+module writes the inventory those playbooks take (per host: how Ansible reaches it, its engine, the
+image to load, the containers, computed here), runs them through
+:func:`dlinfra.orchestration.ansible.run_playbook` and reads each container's inspect record back
+from the ``dlinfra_report`` the play sets.
+
+Where modules run: an engine of this machine (a local-testbed host's dockerd socket, podman joining
+its namespace, or this machine's own engine) is driven from the controller (connection ``local``, the
+controller's interpreter); any other host over SSH with its own interpreter (``community.docker``
+needs ``requests`` there).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from dlinfra.errors import DlinfraError
+from dlinfra.providers.containers.engine import Engine
+from dlinfra.providers.containers.run import RESULTS_IN_CONTAINER, ContainerSpec, role_network
+
+if TYPE_CHECKING:
+    from dlinfra.orchestration.ansible import PlaybookResult
+
+UP = "providers/containers/up.yml"
+DOWN = "providers/containers/down.yml"
+GROUP = "dlinfra_ctr_hosts"
+
+
+@dataclass
+class PlayHost:
+    """One host of a run's container playbooks: how Ansible reaches it, its engine and what goes there."""
+
+    name: str
+    engine: Engine
+    #: Ansible connection variables for a host over SSH (``SshEndpoint.ansible_vars()`` and its interpreter);
+    #: empty for an engine of this machine (connection local).
+    ansible: dict[str, Any] = field(default_factory=dict)
+    containers: list[ContainerSpec] = field(default_factory=list)
+    #: Host folder of the run's results (containers with ``runs_mount`` get ``RUNS_ROOT/NAME``); "" for none.
+    runs_root: str = ""
+    #: The saved payload image to load where its tag is missing: (controller path of the tarball, reference).
+    image: tuple[str, str] | None = None
+    #: With down: image references to remove (the ones this run loaded).
+    remove_images: list[str] = field(default_factory=list)
+
+    def host_vars(self, run_id: str) -> dict[str, Any]:
+        """This host's inventory variables for the up/down playbooks."""
+        engine = self.engine
+        hv: dict[str, Any] = (
+            dict(self.ansible)
+            if engine.via
+            else {
+                "ansible_connection": "local",
+                "ansible_python_interpreter": sys.executable,
+            }
+        )
+        hv.update(
+            {
+                "payload_container_run_id": run_id,
+                "payload_container_engine": engine.kind,
+                "payload_container_docker_host": f"unix://{engine.socket}" if engine.socket else "",
+                "payload_container_podman_runtime": engine.runtime,
+                "payload_container_podman_ulimits": list(engine.ulimits),
+                "payload_container_netns": engine.netns if engine.kind == "podman" and engine.netns else "",
+                "payload_container_runs_root": self.runs_root,
+                "payload_container_containers": [role_container(engine, spec) for spec in self.containers],
+                "payload_container_remove_images": list(self.remove_images),
+            }
+        )
+        if self.image is not None:
+            tarball, ref = self.image
+            hv.update(
+                {
+                    "payload_image_tarball": tarball,
+                    "payload_image_ref": ref,
+                    "payload_image_tarball_on_host": not engine.via,
+                    "payload_image_engine": engine.kind,
+                    "payload_image_socket": engine.socket or "",
+                    "payload_image_podman_runtime": engine.runtime,
+                }
+            )
+        return hv
+
+
+def role_container(engine: Engine, spec: ContainerSpec) -> dict[str, Any]:
+    """One entry of ``payload_container_containers``: the container as the role takes it (checked here first)."""
+    if not re.match(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,100}$", spec.name):
+        raise DlinfraError(f"container name {spec.name!r} is not valid", "letters, digits, '.', '_', '-'")
+    spec.resources.validate(engine.host)
+    if spec.ports and spec.network.kind != "bridge":
+        raise DlinfraError(f"container {spec.name}: ports are published only in bridge mode (got {spec.network})")
+    volumes = [f"{spec.results_dir}:{RESULTS_IN_CONTAINER}:rw"] if spec.results_dir else []
+    volumes += [f"{host_dir}:{inside}:rw" for host_dir, inside in spec.volumes]
+    item: dict[str, Any] = {
+        "name": spec.name,
+        "image": spec.image,
+        "network": role_network(engine, spec.network),
+        "labels": {str(k): str(v) for k, v in spec.labels.items()},
+        "read_only": spec.read_only,
+        "volumes": volumes,
+        "ports": [int(p) for p in spec.ports],
+        "env": {str(k): str(v) for k, v in spec.env.items()},
+        "command": list(spec.command),
+    }
+    res = spec.resources
+    optional = {
+        "user": spec.user,
+        "runs_mount": spec.runs_mount,
+        "cpuset": res.cpuset,
+        "cpus": float(res.cpus) if res.cpus is not None else None,
+        "memory_bytes": int(res.memory_bytes) if res.memory_bytes is not None else None,
+        "gpus": res.gpus,
+    }
+    item.update({key: value for key, value in optional.items() if value is not None})
+    return item
+
+
+def inventory(hosts: list[PlayHost], run_id: str) -> dict[str, Any]:
+    """The inventory of a run's container playbooks: every host with its variables."""
+    return {"all": {"children": {GROUP: {"hosts": {h.name: h.host_vars(run_id) for h in hosts}}}}}
+
+
+def play(
+    book: str, hosts: list[PlayHost], run_id: str, *, artifacts_dir: Path | None = None, quiet: bool = True
+) -> PlaybookResult:
+    """Run ``book`` (:data:`UP` or :data:`DOWN`) for these hosts through the wrapper; raise on any failure."""
+    from dlinfra.orchestration.ansible import run_playbook
+
+    with tempfile.TemporaryDirectory(prefix="dlinfra-ctr-") as tmp:
+        where = Path(artifacts_dir) if artifacts_dir else Path(tmp)
+        where.mkdir(parents=True, exist_ok=True)
+        inv = where / f"ctr-{run_id}-{Path(book).stem}-inventory.yml"
+        inv.write_text(yaml.safe_dump(inventory(hosts, run_id), sort_keys=False))
+        result = run_playbook(
+            book,
+            inventory=inv,
+            artifacts_dir=artifacts_dir,
+            ident=f"ctr-{Path(book).stem}-{run_id}-{time.strftime('%Y%m%dT%H%M%S')}-{time.monotonic_ns() % 100000}",
+            quiet=quiet,
+        )
+    result.raise_for_failure()
+    return result
+
+
+def run_up(
+    hosts: list[PlayHost], run_id: str, *, artifacts_dir: Path | None = None, quiet: bool = True
+) -> dict[str, dict[str, Any]]:
+    """Run up.yml for these hosts; per host its report: ``containers`` (name -> inspect record), ``runs_root``."""
+    result = play(UP, hosts, run_id, artifacts_dir=artifacts_dir, quiet=quiet)
+    reports = {}
+    for host in hosts:
+        report = result.reports.get(host.name) or {}
+        missing = [c.name for c in host.containers if c.name not in (report.get("containers") or {})]
+        if missing:
+            raise DlinfraError(f"{UP}: host {host.name} reported no record of {', '.join(missing)}", "a bug")
+        reports[host.name] = report
+    return reports
+
+
+def run_down(
+    hosts: list[PlayHost], run_id: str, *, artifacts_dir: Path | None = None, quiet: bool = True
+) -> PlaybookResult:
+    """Run down.yml for these hosts: what carries the run's label, their ``remove_images`` and ``runs_root``."""
+    return play(DOWN, hosts, run_id, artifacts_dir=artifacts_dir, quiet=quiet)
