@@ -8,6 +8,7 @@ import time
 import pytest
 
 from dlinfra.providers.containers.engine import Engine
+from dlinfra.providers.containers.playbook import run_container
 from dlinfra.providers.containers.run import (
     ContainerSpec,
     NetworkMode,
@@ -17,7 +18,6 @@ from dlinfra.providers.containers.run import (
     container_address,
     plan_containers,
     remove_run,
-    run_container,
     run_network_name,
 )
 

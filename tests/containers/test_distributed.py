@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from dlinfra.providers.containers.engine import Engine
+from dlinfra.providers.containers.playbook import run_container
 from dlinfra.providers.containers.run import (
     ContainerSpec,
     NetworkMode,
     Resources,
     container_address,
-    run_container,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

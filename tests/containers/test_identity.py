@@ -15,7 +15,8 @@ import pytest
 
 from dlinfra.providers.containers.engine import Engine
 from dlinfra.providers.containers.image import build_payload_image
-from dlinfra.providers.containers.run import ContainerSpec, NetworkMode, Resources, run_container
+from dlinfra.providers.containers.playbook import run_container
+from dlinfra.providers.containers.run import ContainerSpec, NetworkMode, Resources
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

@@ -27,8 +27,8 @@ from dlinfra.errors import TargetError
 from dlinfra.providers.containers import daemons
 from dlinfra.providers.containers.engine import Engine
 from dlinfra.providers.containers.image import save_image
-from dlinfra.providers.containers.playbook import PlayHost, run_down, run_up
-from dlinfra.providers.containers.run import ContainerSpec, NetworkMode, Resources, remove_run, run_container
+from dlinfra.providers.containers.playbook import PlayHost, run_container, run_down, run_up
+from dlinfra.providers.containers.run import ContainerSpec, NetworkMode, Resources, remove_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

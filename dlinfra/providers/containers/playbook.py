@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from dlinfra.errors import DlinfraError
+from dlinfra.orchestration.runs_registry import claim
 from dlinfra.providers.containers.engine import Engine
-from dlinfra.providers.containers.run import RESULTS_IN_CONTAINER, ContainerSpec, role_network
+from dlinfra.providers.containers.run import _CLAIMS, RESULTS_IN_CONTAINER, ContainerSpec, engine_where, role_network
 
 if TYPE_CHECKING:
     from dlinfra.orchestration.ansible import PlaybookResult
@@ -174,3 +175,17 @@ def run_down(
 ) -> PlaybookResult:
     """Run down.yml for these hosts: what carries the run's label, their ``remove_images`` and ``runs_root``."""
     return play(DOWN, hosts, run_id, artifacts_dir=artifacts_dir, quiet=quiet)
+
+
+def run_container(engine: Engine, spec: ContainerSpec, *, artifacts_dir: Path | None = None) -> dict:
+    """Start one container on an engine of this machine (the up playbook) and return its inspect record.
+
+    The run's label is claimed first (``dlinfra sweep`` never touches a live run's containers);
+    :func:`remove_run` lets go of it.
+    """
+    if spec.run_id not in _CLAIMS:
+        _CLAIMS[spec.run_id] = claim(spec.run_id, "engine", key=engine.label, **engine_where(engine))
+    else:
+        _CLAIMS[spec.run_id].add("engine", key=engine.label, **engine_where(engine))
+    host = PlayHost(engine.host, engine, containers=[spec])
+    return run_up([host], spec.run_id, artifacts_dir=artifacts_dir)[host.name]["containers"][spec.name]

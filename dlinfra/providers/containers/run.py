@@ -18,11 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from dlinfra.errors import DlinfraError, TargetError
-from dlinfra.orchestration.runs_registry import RunClaim, claim
+from dlinfra.orchestration.runs_registry import RunClaim
 from dlinfra.payload.cpuset import CpuSetError, format_cpuset, parse_cpuset
 from dlinfra.providers.containers.engine import Engine
 
@@ -157,7 +156,7 @@ class ContainerSpec:
     user: str | None = None  # "UID:GID": the owner of the bound results folder (root needs no capability then)
 
 
-#: Claims of runs whose containers were started with :func:`run_container` directly (not through the provider).
+#: Claims of runs whose containers were started with ``playbook.run_container`` (not through the provider).
 _CLAIMS: dict[str, RunClaim] = {}
 
 
@@ -180,22 +179,6 @@ def engine_from(where: dict[str, object], *, timeout: float = 120.0) -> Engine:
         via=tuple(via),
         timeout=timeout,
     )
-
-
-def run_container(engine: Engine, spec: ContainerSpec, *, artifacts_dir: Path | None = None) -> dict:
-    """Start one container on an engine of this machine (the up playbook) and return its inspect record.
-
-    The run's label is claimed first (``dlinfra sweep`` never touches a live run's containers);
-    :func:`remove_run` lets go of it.
-    """
-    from dlinfra.providers.containers.playbook import PlayHost, run_up
-
-    if spec.run_id not in _CLAIMS:
-        _CLAIMS[spec.run_id] = claim(spec.run_id, "engine", key=engine.label, **engine_where(engine))
-    else:
-        _CLAIMS[spec.run_id].add("engine", key=engine.label, **engine_where(engine))
-    host = PlayHost(engine.host, engine, containers=[spec])
-    return run_up([host], spec.run_id, artifacts_dir=artifacts_dir)[host.name]["containers"][spec.name]
 
 
 def container_address(record: dict, network: NetworkMode, host_address: str) -> str:
@@ -289,7 +272,7 @@ def remove_run(
 ) -> dict[str, list[str]]:
     """Remove every container and network labelled with ``run_id`` and the given image refs; nothing else.
 
-    ``dry_run`` only lists them. A claim taken by :func:`run_container` for this run is released.
+    ``dry_run`` only lists them. A claim taken by ``playbook.run_container`` for this run is released.
     """
     label = f"{RUN_LABEL}={run_id}"
     removed: dict[str, list[str]] = {"containers": [], "networks": [], "images": []}
