@@ -1,4 +1,4 @@
-"""Fixtures for the VM layer tests: recorded sysfs trees laid out in tmp, libvirt's test driver.
+"""Fixtures for the VM layer tests: recorded sysfs trees laid out in tmp, libvirt's test driver, the role's templates.
 
 Why recorded trees: this machine has no IOMMU, so the passthrough host checks
 cannot meet a real one here. The JSON files under data/ hold the attributes
@@ -18,6 +18,7 @@ import pytest
 from support import need_module
 
 DATA = Path(__file__).parent / "data"
+TEMPLATES = Path(__file__).resolve().parents[2] / "roles" / "libvirt_guest" / "templates"
 
 
 def materialise(recording: dict, root: Path) -> Path:
@@ -62,3 +63,26 @@ def test_conn():
     conn = libvirt.open("test:///default")
     yield conn
     conn.close()
+
+
+@pytest.fixture
+def render_template() -> Callable[..., str]:
+    """``render_template("domain.xml.j2", libvirt_guest_domain=...)``: a template of the ``libvirt_guest`` role,
+    rendered by Ansible's own templating (the filters and tests the role has)."""
+    need_module("ansible")
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    def render(name: str, **variables) -> str:
+        templar = Templar(loader=DataLoader(), variables=variables)
+        return templar.template(trust_as_template((TEMPLATES / name).read_text()))
+
+    return render
+
+
+@pytest.fixture
+def render_domain(render_template) -> Callable[..., str]:
+    """The domain XML the role defines for a :class:`DomainPlan`."""
+    from dlinfra.providers.libvirt.domain import domain_vars
+
+    return lambda plan: render_template("domain.xml.j2", libvirt_guest_domain=domain_vars(plan))

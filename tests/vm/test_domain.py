@@ -1,7 +1,13 @@
-"""Domain and network XML: pinning, NUMA, hugepages, accelerator and emulated flag, all schema-valid."""
+"""Domain and network XML from the libvirt_guest role's templates: pinning, NUMA, hugepages, accelerator and
+emulated flag, all schema-valid, and element for element what the Python renderer they replaced produced.
+
+``data/golden/`` holds the documents ``domain.py``/``network.py`` rendered (ElementTree) for plans covering
+every branch, before the templates replaced them; the templates must give the same trees.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -9,9 +15,11 @@ from pathlib import Path
 import pytest
 from support import need_binary
 
-from dlinfra.providers.libvirt.domain import DomainPlan, domain_xml
-from dlinfra.providers.libvirt.network import network_xml, pick_subnet, plan_network
-from dlinfra.providers.libvirt.spec import GuestSpec
+from dlinfra.providers.libvirt.domain import DomainPlan, domain_vars, vcpu_pins
+from dlinfra.providers.libvirt.network import network_vars, pick_subnet, plan_network
+from dlinfra.providers.libvirt.spec import GuestSpec, PciAddress
+
+GOLDEN = Path(__file__).parent / "data" / "golden"
 
 
 def plan(virt_type: str = "kvm", **fields) -> DomainPlan:
@@ -38,8 +46,16 @@ def validate(tmp_path: Path, xml: str, kind: str) -> None:
     assert result.returncode == 0, result.stderr + xml
 
 
-def test_pinning_numa_hugepages(tmp_path: Path) -> None:
-    xml = domain_xml(plan(vcpus=2, memory_mib=2048, cpuset=(2, 3), emulator_cpuset=(0,), numa_node=0, hugepages=True))
+def tree(element: ET.Element) -> tuple:
+    """An element as (tag with namespace, attributes, text, children): how it is written does not matter."""
+    text = (element.text or "").strip()
+    return element.tag, sorted(element.attrib.items()), text, [tree(child) for child in element]
+
+
+def test_pinning_numa_hugepages(tmp_path: Path, render_domain) -> None:
+    xml = render_domain(
+        plan(vcpus=2, memory_mib=2048, cpuset=(2, 3), emulator_cpuset=(0,), numa_node=0, hugepages=True)
+    )
     root = ET.fromstring(xml)
     assert root.get("type") == "kvm"
     assert root.find("vcpu").text == "2" and root.find("vcpu").get("cpuset") == "2-3"
@@ -54,16 +70,17 @@ def test_pinning_numa_hugepages(tmp_path: Path) -> None:
     validate(tmp_path, xml, "domain")
 
 
-def test_fewer_cpus_than_vcpus_pins_all_to_the_set(tmp_path: Path) -> None:
-    root = ET.fromstring(domain_xml(plan(vcpus=4, cpuset=(2, 3))))
+def test_fewer_cpus_than_vcpus_pins_all_to_the_set(render_domain) -> None:
+    assert vcpu_pins(GuestSpec("g", vcpus=4, cpuset=(2, 3))) == ["2-3"] * 4
+    root = ET.fromstring(render_domain(plan(vcpus=4, cpuset=(2, 3))))
     assert {p.get("cpuset") for p in root.findall("cputune/vcpupin")} == {"2-3"}
     assert root.find("cputune/emulatorpin").get("cpuset") == "2-3"
 
 
-def test_emulated_guest_is_marked_and_gets_the_max_cpu(tmp_path: Path) -> None:
+def test_emulated_guest_is_marked_and_gets_the_max_cpu(tmp_path: Path, render_domain) -> None:
     p = plan("qemu", emulation="require")
     assert p.emulated
-    xml = domain_xml(p)
+    xml = render_domain(p)
     root = ET.fromstring(xml)
     assert root.get("type") == "qemu" and root.find("cpu").get("mode") == "maximum"
     assert "<dlinfra:emulated>true</dlinfra:emulated>" in xml
@@ -71,15 +88,94 @@ def test_emulated_guest_is_marked_and_gets_the_max_cpu(tmp_path: Path) -> None:
     validate(tmp_path, xml, "domain")
 
 
-def test_network_xml_validates_and_avoids_taken_subnets(tmp_path: Path) -> None:
-    import ipaddress
+#: The plans data/golden/domain-*.xml were rendered from (by domain.py's ElementTree renderer).
+GOLDEN_PLANS = {
+    "kvm-pinned-numa-hugepages-kernel": (
+        {"vcpus": 2, "memory_mib": 2048, "cpuset": (2, 3), "emulator_cpuset": (0,), "numa_node": 0, "hugepages": True},
+        {
+            "virt_type": "kvm",
+            "seed_path": "/pool/s.img",
+            "kernel": "/pool/k",
+            "initrd": "/pool/i",
+            "cmdline": "root=/dev/vda rw console=ttyS0,115200",
+            "serial_log": "/var/log/libvirt/qemu/dlinfra-rx-g1-serial.log",
+        },
+    ),
+    "kvm-fewer-cpus-than-vcpus": (
+        {"vcpus": 4, "cpuset": (2, 3, 5)},
+        {"virt_type": "kvm", "seed_path": "/pool/s.img", "kernel": "/pool/k"},
+    ),
+    "qemu-emulated-bootloader": (
+        {"vcpus": 1, "memory_mib": 512, "emulation": "require"},
+        {"virt_type": "qemu", "kvm_refused": "x"},
+    ),
+    "qemu-allow-escaping": (
+        {"vcpus": 1, "emulation": "allow"},
+        {
+            "virt_type": "qemu",
+            "seed_path": "/pool/a&b<c>.img",
+            "kernel": "/pool/k",
+            "initrd": "/pool/i",
+            "cmdline": "root=/dev/vda quiet='1' x=\"a&b<c>\"",
+            "machine": None,
+        },
+    ),
+    "kvm-emulatorpin-only-hostdevs-metadata": (
+        {"vcpus": 2, "emulator_cpuset": (1,)},
+        {
+            "virt_type": "kvm",
+            "seed_path": "/pool/s.img",
+            "host_devices": tuple(PciAddress.parse(a) for a in ("0000:01:00.0", "0000:01:00.1", "abcd:ef:1f.7")),
+            "extra_metadata": {"campaign": "c1 & <b>", "cell": "7"},
+        },
+    ),
+}
 
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_PLANS))
+def test_the_template_gives_what_domain_py_gave(case: str, tmp_path: Path, render_domain) -> None:
+    spec_fields, plan_fields = GOLDEN_PLANS[case]
+    golden = (GOLDEN / f"domain-{case}.xml").read_text()
+    p = DomainPlan(
+        spec=GuestSpec(name="g1", **spec_fields),
+        domain_name="dlinfra-rx-g1",
+        run_label="rx",
+        disk_path="/pool/o.qcow2",
+        network="dlinfra-rx",
+        mac="52:54:00:01:02:03",
+        **plan_fields,
+    )
+    xml = render_domain(p)
+    assert tree(ET.fromstring(xml)) == tree(ET.fromstring(golden)), xml
+    validate(tmp_path, xml, "domain")
+
+
+def test_metadata_keys_must_be_xml_names() -> None:
+    bad = DomainPlan(GuestSpec("g1"), "d", "rx", "kvm", "n", "52:54:00:01:02:03", extra_metadata={"a b": "1"})
+    with pytest.raises(ValueError, match="a b"):
+        domain_vars(bad)
+
+
+def test_network_xml_validates_avoids_taken_subnets_and_is_what_network_py_gave(
+    tmp_path: Path, render_template
+) -> None:
     taken = [ipaddress.ip_network("10.214.10.0/24"), ipaddress.ip_network("10.214.0.0/20")]
     assert str(pick_subnet(taken)) == "10.214.16.0/24"
     net = plan_network("rx", ["a", "b"], taken)
     assert [g.ip for g in net.guests] == ["10.214.16.10", "10.214.16.11"]
     assert net.bridge == "dlv-rx" and net.gateway == "10.214.16.1"
-    validate(tmp_path, network_xml(net), "network")
+
+    def render(net) -> str:
+        guests = [{"name": g.guest, "mac": g.mac, "ip": g.ip} for g in net.guests]
+        return render_template("network.xml.j2", libvirt_guest_net=network_vars(net), libvirt_guest_guests=guests)
+
+    xml = render(net)
+    validate(tmp_path, xml, "network")
+    root = ET.fromstring(xml)
+    assert root.find("ip/dhcp/range").attrib == {"start": "10.214.16.10", "end": "10.214.16.254"}
+    assert [h.get("ip") for h in root.findall("ip/dhcp/host")] == ["10.214.16.10", "10.214.16.11"]
+    golden = plan_network("rx", ["a", "b"], [ipaddress.ip_network("10.214.10.0/24")])  # as data/golden was made
+    assert tree(ET.fromstring(render(golden))) == tree(ET.fromstring((GOLDEN / "network-rx.xml").read_text()))
 
 
 @pytest.mark.parametrize(("text", "cpus"), [("0-3,6", (0, 1, 2, 3, 6)), ("5", (5,)), ([3, 1], (1, 3)), (None, ())])
@@ -88,14 +184,18 @@ def test_guest_cpuset_forms(text, cpus) -> None:
     assert GuestSpec.from_dict({"name": "g1", "cpuset": text}).cpuset == cpus
 
 
-def test_older_base_volumes_are_pruned_unless_a_run_is_live(test_conn) -> None:
-    from dlinfra.providers.libvirt import storage
+def test_sweep_finds_run_labels_by_domain_metadata_and_object_names(test_conn, render_domain, render_template) -> None:
+    """What ``sweep(conn)`` (every run on a host) hands the down playbook, one label at a time."""
+    from dlinfra.providers.libvirt.provider import _run_labels
 
-    pool = test_conn.storagePoolLookupByName("default-pool")
-    for name in ("dlinfra-base-old1-disk", "dlinfra-base-new2-disk", "dlinfra-rabc-vm1.qcow2", "other.img"):
-        pool.createXML(storage._volume_xml(name, 1024, "raw", "0644"), 0)
-    assert storage.prune_bases(pool, "new2") == []  # a run's overlay may be backed by any base
-    pool.storageVolLookupByName("dlinfra-rabc-vm1.qcow2").delete(0)
-    assert storage.prune_bases(pool, "new2") == ["dlinfra-base-old1-disk"]
-    left = sorted(v.name() for v in pool.listAllVolumes(0))
-    assert "dlinfra-base-new2-disk" in left and "other.img" in left and "dlinfra-base-old1-disk" not in left
+    dom = test_conn.defineXML(render_domain(plan()))  # labelled rx in its metadata
+    net = plan_network("r0123abcd", ["a"], [])
+    guests = [{"name": "a", "mac": net.guests[0].mac, "ip": net.guests[0].ip}]
+    network = test_conn.networkDefineXML(
+        render_template("network.xml.j2", libvirt_guest_net=network_vars(net), libvirt_guest_guests=guests)
+    )
+    try:
+        assert _run_labels(test_conn, "default-pool") == ["r0123abcd", "rx"]
+    finally:
+        dom.undefine()
+        network.undefine()

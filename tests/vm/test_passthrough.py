@@ -15,7 +15,7 @@ import pytest
 from support import need_binary
 
 from dlinfra.errors import TargetError
-from dlinfra.providers.libvirt.domain import DomainPlan, domain_xml, run_label_of
+from dlinfra.providers.libvirt.domain import DomainPlan, run_label_of
 from dlinfra.providers.libvirt.passthrough import SysfsHost, check_passthrough
 from dlinfra.providers.libvirt.spec import DeviceRequest, GuestSpec, PciAddress
 
@@ -95,19 +95,19 @@ def _plan(**spec_fields) -> DomainPlan:
     )
 
 
-def test_hostdev_xml_validates(tmp_path: Path) -> None:
+def test_hostdev_xml_validates(tmp_path: Path, render_domain) -> None:
     validate = need_binary("virt-xml-validate")
-    xml = domain_xml(_plan())
-    assert xml.count("<hostdev ") == 2 and 'managed="yes"' in xml
-    assert 'bus="0x01" slot="0x00" function="0x1"' in xml
+    xml = render_domain(_plan())
+    assert xml.count("<hostdev ") == 2 and "managed='yes'" in xml
+    assert "bus='0x01' slot='0x00' function='0x1'" in xml
     path = tmp_path / "gpu0.xml"
     path.write_text(xml)
     result = subprocess.run([validate, str(path), "domain"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
-def test_hostdev_domain_defines_and_starts_on_test_driver(test_conn) -> None:
-    xml = domain_xml(_plan())
+def test_hostdev_domain_defines_and_starts_on_test_driver(test_conn, render_domain) -> None:
+    xml = render_domain(_plan())
     dom = test_conn.defineXML(xml)
     try:
         dom.create()

@@ -1,35 +1,45 @@
-"""Libvirt domain XML for one guest, built with ElementTree (spec values are never pasted into markup).
+"""One guest's domain as a plan, and the variables ``roles/libvirt_guest/templates/domain.xml.j2`` renders from it.
 
-Everything the benchmark depends on is explicit here: vCPU and emulator
-pinning, NUMA memory placement, hugepages, virtio disk and network, the
-accelerator (``kvm``; ``qemu`` only for guests whose spec allows emulation) and
-PCI hostdevs with ``managed='yes'`` so libvirt rebinds them to vfio-pci.
+The domain XML is the ``libvirt_guest`` role's template; what it depends on is
+decided here, in Python, where the host was checked: vCPU and emulator
+pinning (vCPU i on the i-th host CPU when there are enough, else on the whole
+set), NUMA memory placement, hugepages, the accelerator (``kvm``; ``qemu`` only
+for guests whose spec allows emulation) and PCI hostdevs. The role escapes
+every value it writes into the XML.
 """
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from typing import Any
 
 from dlinfra.payload.cpuset import format_cpuset
 from dlinfra.providers.libvirt.spec import GuestSpec, PciAddress
 
 METADATA_NS = "urn:dlinfra:run:1"
-METADATA_KEY = "dlinfra"
-ET.register_namespace(METADATA_KEY, METADATA_NS)
+_METADATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
 @dataclass(frozen=True)
 class DomainPlan:
-    """A guest with everything resolved on the host: paths, addresses, accelerator."""
+    """A guest with everything resolved on the host: names, address, accelerator, devices.
+
+    The volume paths (``disk_path``, ``seed_path``) are the pool's, which the
+    ``libvirt_guest`` role fills in when it makes the volumes; the provider
+    leaves them empty. ``kernel`` and ``initrd`` say the guest boots that kernel
+    directly (the provider's plan names the controller's copy; the role boots
+    the one it uploaded into the pool).
+    """
 
     spec: GuestSpec
     domain_name: str
     run_label: str
     virt_type: str  # "kvm" or "qemu" (or "test" for libvirt's test driver)
-    disk_path: str
     network: str
     mac: str
+    disk_path: str | None = None
     seed_path: str | None = None
     kernel: str | None = None
     initrd: str | None = None
@@ -46,123 +56,47 @@ class DomainPlan:
         return self.virt_type == "qemu"
 
 
-def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
-    element = ET.SubElement(parent, tag, {k.rstrip("_"): v for k, v in attrs.items()})
-    if text is not None:
-        element.text = text
-    return element
+def vcpu_pins(spec: GuestSpec) -> list[str]:
+    """Host cpuset of each vCPU: the i-th CPU of ``cpuset`` when there are enough, else the whole set."""
+    if not spec.cpuset:
+        return []
+    if len(spec.cpuset) >= spec.vcpus:
+        return [format_cpuset((spec.cpuset[vcpu],)) for vcpu in range(spec.vcpus)]
+    return [format_cpuset(spec.cpuset)] * spec.vcpus
 
 
-def _cputune(root: ET.Element, spec: GuestSpec) -> None:
-    """Pin vCPU i to the i-th host CPU when there are enough, else every vCPU to the whole set."""
-    if not spec.cpuset and not spec.emulator_cpuset:
-        return
-    tune = _sub(root, "cputune")
-    if spec.cpuset:
-        one_each = len(spec.cpuset) >= spec.vcpus
-        for vcpu in range(spec.vcpus):
-            cpus = format_cpuset((spec.cpuset[vcpu],)) if one_each else format_cpuset(spec.cpuset)
-            _sub(tune, "vcpupin", vcpu=str(vcpu), cpuset=cpus)
-    emulator = spec.emulator_cpuset or spec.cpuset
-    _sub(tune, "emulatorpin", cpuset=format_cpuset(emulator))
-
-
-def _hostdev(devices: ET.Element, address: PciAddress) -> None:
-    hostdev = _sub(devices, "hostdev", mode="subsystem", type_="pci", managed="yes")
-    source = _sub(hostdev, "source")
-    _sub(
-        source,
-        "address",
-        domain=f"0x{address.domain:04x}",
-        bus=f"0x{address.bus:02x}",
-        slot=f"0x{address.slot:02x}",
-        function=f"0x{address.function:x}",
-    )
-
-
-def domain_xml(plan: DomainPlan) -> str:
-    """The ``<domain>`` document for ``plan``."""
+def domain_vars(plan: DomainPlan) -> dict[str, Any]:
+    """The guest as the role's template takes it (``libvirt_guest_domain``; README.md of the role)."""
     spec = plan.spec
-    root = ET.Element("domain", {"type": plan.virt_type})
-    _sub(root, "name", plan.domain_name)
-    _sub(root, "title", f"dlinfra guest {spec.name} of run {plan.run_label}")
-    metadata = _sub(root, "metadata")
-    meta = ET.SubElement(metadata, f"{{{METADATA_NS}}}run")
-    _sub(meta, f"{{{METADATA_NS}}}label", plan.run_label)
-    _sub(meta, f"{{{METADATA_NS}}}guest", spec.name)
-    _sub(meta, f"{{{METADATA_NS}}}emulated", "true" if plan.emulated else "false")
-    for key, value in sorted(plan.extra_metadata.items()):
-        _sub(meta, f"{{{METADATA_NS}}}{key}", value)
-
-    _sub(root, "memory", str(spec.memory_mib), unit="MiB")
-    _sub(root, "currentMemory", str(spec.memory_mib), unit="MiB")
-    if spec.hugepages:
-        backing = _sub(root, "memoryBacking")
-        _sub(backing, "hugepages")
-    vcpu_attrs = {"placement": "static"}
-    if spec.cpuset:
-        vcpu_attrs["cpuset"] = format_cpuset(spec.cpuset)
-    _sub(root, "vcpu", str(spec.vcpus), **vcpu_attrs)
-    _cputune(root, spec)
-    if spec.numa_node is not None:
-        numatune = _sub(root, "numatune")
-        _sub(numatune, "memory", mode="strict", nodeset=str(spec.numa_node))
-
-    os_el = _sub(root, "os")
-    type_attrs = {"arch": "x86_64"}
-    if plan.machine:
-        type_attrs["machine"] = plan.machine
-    _sub(os_el, "type", "hvm", **type_attrs)
-    if plan.kernel:
-        _sub(os_el, "kernel", plan.kernel)
-        if plan.initrd:
-            _sub(os_el, "initrd", plan.initrd)
-        if plan.cmdline:
-            _sub(os_el, "cmdline", plan.cmdline)
-    else:
-        _sub(os_el, "boot", dev="hd")
-    features = _sub(root, "features")
-    _sub(features, "acpi")
-    _sub(features, "apic")
-    if plan.virt_type == "qemu":
-        # TCG: the richest CPU model QEMU can emulate (AVX/AVX2/FMA, which the TensorFlow wheel needs).
-        _sub(root, "cpu", mode="maximum", check="none")
-    else:
-        _sub(root, "cpu", mode="host-passthrough", check="none", migratable="off")
-    _sub(root, "clock", offset="utc")
-    _sub(root, "on_poweroff", "destroy")
-    _sub(root, "on_reboot", "restart")
-    _sub(root, "on_crash", "destroy")
-
-    devices = _sub(root, "devices")
-    disk = _sub(devices, "disk", type_="file", device="disk")
-    _sub(disk, "driver", name="qemu", type_="qcow2", cache="none" if plan.virt_type == "kvm" else "writeback")
-    _sub(disk, "source", file=plan.disk_path)
-    _sub(disk, "target", dev="vda", bus="virtio")
-    if plan.seed_path:
-        seed = _sub(devices, "disk", type_="file", device="disk")
-        _sub(seed, "driver", name="qemu", type_="raw")
-        _sub(seed, "source", file=plan.seed_path)
-        _sub(seed, "target", dev="vdb", bus="virtio")
-        _sub(seed, "readonly")
-    iface = _sub(devices, "interface", type_="network")
-    _sub(iface, "mac", address=plan.mac)
-    _sub(iface, "source", network=plan.network)
-    _sub(iface, "model", type_="virtio")
-    for address in plan.host_devices:
-        _hostdev(devices, address)
-    serial = _sub(devices, "serial", type_="pty")
-    _sub(serial, "target", port="0")
-    if plan.serial_log:
-        _sub(serial, "log", file=plan.serial_log, append="off")
-    console = _sub(devices, "console", type_="pty")
-    _sub(console, "target", type_="serial", port="0")
-    rng = _sub(devices, "rng", model="virtio")
-    _sub(rng, "backend", "/dev/urandom", model="random")
-    _sub(devices, "memballoon", model="none")  # no balloon: a benchmark's memory must not move under it
-
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode")
+    bad = sorted(k for k in plan.extra_metadata if not _METADATA_KEY.match(k))
+    if bad:
+        raise ValueError(f"domain metadata keys must be XML names: {', '.join(bad)}")
+    return {
+        "name": spec.name,
+        "domain": plan.domain_name,
+        "run_label": plan.run_label,
+        "virt_type": plan.virt_type,
+        "emulation": spec.emulation,
+        "vcpus": spec.vcpus,
+        "memory_mib": spec.memory_mib,
+        "cpuset": format_cpuset(spec.cpuset),
+        "vcpupin": vcpu_pins(spec),
+        "emulatorpin": format_cpuset(spec.emulator_cpuset or spec.cpuset),
+        "numa_node": spec.numa_node,
+        "hugepages": spec.hugepages,
+        "machine": plan.machine or "",
+        "network": plan.network,
+        "mac": plan.mac,
+        "disk_path": plan.disk_path or "",
+        "seed_path": plan.seed_path or "",
+        "kernel": plan.kernel or "",
+        "initrd": plan.initrd or "",
+        "cmdline": plan.cmdline or "",
+        "host_devices": [str(address) for address in plan.host_devices],
+        "serial_log": plan.serial_log or "",
+        "metadata": dict(plan.extra_metadata),
+        "kvm_refused": plan.kvm_refused or "",
+    }
 
 
 def run_label_of(xml: str) -> str | None:

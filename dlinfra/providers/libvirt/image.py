@@ -147,10 +147,6 @@ class GuestImage:
     seed_style: str = "dlinfra"  # "dlinfra" (our oneshot unit reads the seed disk) or "nocloud" (cloud-init)
     key: str = ""
 
-    @property
-    def virtual_size(self) -> int:
-        return qcow2_virtual_size(self.disk)
-
 
 def _run(cmd: list[str], what: str, timeout: float = 1800) -> None:
     note(f"guest image: {what}")
@@ -158,12 +154,6 @@ def _run(cmd: list[str], what: str, timeout: float = 1800) -> None:
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-2:]
         raise DlinfraError(f"building the guest image: {what} failed: {' | '.join(tail)}")
-
-
-def qcow2_virtual_size(path: Path) -> int:
-    """Virtual size in bytes of a disk image, from ``qemu-img info``."""
-    out = subprocess.run(["qemu-img", "info", "--output=json", str(path)], capture_output=True, text=True, check=True)
-    return int(json.loads(out.stdout)["virtual-size"])
 
 
 def _customise(root: Path) -> None:

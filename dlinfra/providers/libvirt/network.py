@@ -2,7 +2,9 @@
 
 A network per run keeps runs apart and makes teardown exact (the run deletes
 its network and nothing else). Guests get static addresses from their seed;
-the DHCP host entries give the same address to images that ask by DHCP.
+the DHCP host entries give the same address to images that ask by DHCP. The
+plan is made here; the ``libvirt_guest`` role defines and starts the network
+(``templates/network.xml.j2``) and removes it.
 """
 
 from __future__ import annotations
@@ -116,37 +118,14 @@ def plan_network(
     return RunNetwork(f"dlinfra-{run_label}", f"dlv-{run_label}"[:15], subnet, addresses)
 
 
-def network_xml(net: RunNetwork) -> str:
-    """NAT network XML with DHCP host entries for every guest."""
-    root = ET.Element("network")
-    ET.SubElement(root, "name").text = net.name
-    forward = ET.SubElement(root, "forward", {"mode": "nat"})
-    nat = ET.SubElement(forward, "nat")
-    ET.SubElement(nat, "port", {"start": "1024", "end": "65535"})
-    ET.SubElement(root, "bridge", {"name": net.bridge, "stp": "off", "delay": "0"})
-    ip = ET.SubElement(root, "ip", {"address": net.gateway, "netmask": str(net.subnet.netmask)})
-    dhcp = ET.SubElement(ip, "dhcp")
-    first = net.subnet.network_address + FIRST_GUEST_HOST
-    ET.SubElement(dhcp, "range", {"start": str(first), "end": str(net.subnet.broadcast_address - 1)})
-    for guest in net.guests:
-        ET.SubElement(dhcp, "host", {"mac": guest.mac, "name": guest.guest, "ip": guest.ip})
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode")
-
-
-def create_network(conn: libvirt.virConnect, net: RunNetwork) -> None:
-    """Define and start the run's network."""
-    import libvirt
-
-    try:
-        network = conn.networkDefineXML(network_xml(net))
-    except libvirt.libvirtError as exc:
-        raise TargetError(f"{conn.getHostname()}: cannot define network {net.name}: {exc}") from exc
-    try:
-        network.create()
-    except libvirt.libvirtError as exc:
-        network.undefine()
-        raise TargetError(
-            f"{conn.getHostname()}: cannot start network {net.name} ({net.subnet}): {exc}",
-            "check that dnsmasq and iptables work on the hypervisor host",
-        ) from exc
+def network_vars(net: RunNetwork) -> dict[str, str]:
+    """The network as the ``libvirt_guest`` role takes it (``libvirt_guest_network``); its guests' MACs and
+    addresses travel with the guests."""
+    return {
+        "name": net.name,
+        "bridge": net.bridge,
+        "gateway": net.gateway,
+        "netmask": str(net.subnet.netmask),
+        "dhcp_start": str(net.subnet.network_address + FIRST_GUEST_HOST),
+        "dhcp_end": str(net.subnet.broadcast_address - 1),
+    }

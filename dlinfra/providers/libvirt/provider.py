@@ -2,31 +2,44 @@
 
 Order matters and is the point of this module: the request is checked against
 the host (CPUs exist and are online, memory is there, NUMA node exists, PCI
-devices pass the IOMMU checks) before anything is defined; then the run's
-network, overlays, seeds and domains are made, each named after the run's
-label, and ``down()`` removes exactly those. ``sweep()`` does the same by label
-after a crashed controller.
+devices pass the IOMMU checks) before anything is defined. Then the run is
+planned here (network, addresses and MACs, vCPU pinning, accelerator, the
+guests' host keys and seed disks) and made by Ansible: the playbook
+``playbooks/providers/libvirt/up.yml`` (role ``libvirt_guest``) makes the
+run's network, overlays, seeds and domains, each named after the run's label,
+and ``down()`` runs ``down.yml``, which removes exactly those. What stays
+here is what only the controller can do: wait for SSH with the seeded host key
+checked, watch the serial console for a KVM guest that makes no progress (the
+playbook then runs again with that guest under TCG), and build the targets.
+``sweep()`` removes a run by label after a crashed controller, through the
+same playbook.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import re
 import secrets
 import shutil
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from dlinfra.cache import cache_root
 from dlinfra.errors import SpecError, TargetError
+from dlinfra.orchestration.ansible import PlaybookResult, run_playbook
 from dlinfra.orchestration.progress import note, say
 from dlinfra.orchestration.runs_registry import RunClaim, claim
 from dlinfra.payload.cpuset import format_cpuset
 from dlinfra.providers.base import LayerSpec, Target
-from dlinfra.providers.libvirt import storage
 from dlinfra.providers.libvirt.boot import (
     KVM_STALL_S,
     ConsoleWatch,
@@ -36,13 +49,13 @@ from dlinfra.providers.libvirt.boot import (
     remembered_stall,
 )
 from dlinfra.providers.libvirt.daemons import ensure_daemons
-from dlinfra.providers.libvirt.domain import DomainPlan, domain_xml, run_label_of
+from dlinfra.providers.libvirt.domain import DomainPlan, domain_vars, run_label_of
 from dlinfra.providers.libvirt.image import GuestImage, build_guest_image, cloud_image
 from dlinfra.providers.libvirt.network import (
     RunNetwork,
-    create_network,
     libvirt_subnets,
     local_routes,
+    network_vars,
     plan_network,
 )
 from dlinfra.providers.libvirt.passthrough import PciDevice, SysfsHost, check_passthrough
@@ -55,6 +68,14 @@ if TYPE_CHECKING:
 SERIAL_LOG_DIR = "/var/log/libvirt/qemu"
 PROVIDER_OPTIONS = {"uri", "pool", "subnet", "boot_timeout", "cloud_image"}
 LOCAL_URIS = ("qemu:///system", "qemu:///session")
+DEFAULT_POOL = "dlinfra"
+DEFAULT_POOL_PATH = "/var/lib/libvirt/images/dlinfra"
+#: The playbooks that make and remove a run's guests (paths under playbooks/).
+UP_PLAYBOOK = "providers/libvirt/up.yml"
+DOWN_PLAYBOOK = "providers/libvirt/down.yml"
+#: Guest variables the role fills in itself (from the pool and the run), so the provider does not send them.
+ROLE_RESOLVED = ("run_label", "network", "disk_path", "seed_path", "kernel", "initrd")
+_RUN_NAME = re.compile(r"^dlinfra-(r[0-9a-f]{8})(?:-|$)")
 
 
 def _libvirt():
@@ -93,8 +114,8 @@ class LibvirtProvider:
         uri: str = "qemu:///system",
         *,
         physical_host: str | None = None,
-        pool: str = storage.DEFAULT_POOL,
-        pool_path: str = storage.DEFAULT_POOL_PATH,
+        pool: str = DEFAULT_POOL,
+        pool_path: str = DEFAULT_POOL_PATH,
         sysfs_root: str | Path | None = None,
         image: GuestImage | None = None,
         ssh_user: str = "dlinfra",
@@ -122,6 +143,14 @@ class LibvirtProvider:
         #: The last console watch of each guest (by name): how far its latest boot got.
         self.consoles: dict[str, ConsoleWatch] = {}
         self._claim: RunClaim | None = None  # this run's label in the run registry, held until down() removed it all
+        #: Where the playbooks' ansible-runner artifacts are kept (the campaign's; None: not kept).
+        self.artifacts_dir: Path | None = None
+        #: What the last down() removed, as the down playbook reported it.
+        self.removed: dict[str, list[str]] = {}
+        # Whether the run may have objects on the host: a caller naming a label may be removing an earlier run's.
+        self._made = run_label is not None
+        self._plans: dict[str, DomainPlan] = {}  # each guest as last provisioned
+        self._up_vars: dict[str, Any] = {}  # the up playbook's variables (network, base image, guests)
 
     # -- connection ---------------------------------------------------------------------------------------------
 
@@ -303,10 +332,12 @@ class LibvirtProvider:
             self.image = cloud_image(str(options["cloud_image"]))
         if spec.hosts and self._physical_host is None:
             self._physical_host = spec.hosts[0].name
+        if spec.artifacts_dir is not None:
+            self.artifacts_dir = Path(spec.artifacts_dir)
         return self.up_guests(guests)
 
     def up_guests(self, guests: list[GuestSpec]) -> list[Target]:
-        """Validate, then create network, volumes and domains, wait for SSH; clean up everything on failure."""
+        """Validate, then run the up playbook (network, volumes, domains), wait for SSH; on failure remove it all."""
         if self.targets:
             return self.targets
         checks = self.validate(guests)
@@ -320,7 +351,6 @@ class LibvirtProvider:
             raise
 
     def _create(self, guests: list[GuestSpec], checks: HostChecks, image: GuestImage) -> list[Target]:
-        conn = self.conn
         # Claimed before anything is made, held until down() has removed it: a killed controller's guests are then
         # told from a live run's and removed by `dlinfra sweep` / the next campaign's start.
         self._claim = self._claim or claim(
@@ -329,66 +359,120 @@ class LibvirtProvider:
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         client_key = self.ssh_key or make_client_key(self.state_dir)
         public_key = Path(str(client_key) + ".pub").read_text().strip()
-        taken = libvirt_subnets(conn) + (local_routes() if self.uri in LOCAL_URIS else [])
+        taken = libvirt_subnets(self.conn) + (local_routes() if self.uri in LOCAL_URIS else [])
         net = plan_network(self.run_label, [g.name for g in guests], taken, self.subnet)  # type: ignore[arg-type]
-        create_network(conn, net)
-
-        started = time.monotonic()
-        pool = storage.ensure_pool(conn, self.pool_name, self.pool_path)
-        files: dict[str, tuple[Path, str]] = {"disk": (image.disk, _disk_format(image.disk))}
-        if image.kernel:
-            files["kernel"] = (image.kernel, "raw")
-        if image.initrd:
-            files["initrd"] = (image.initrd, "raw")
-        base = storage.ensure_base(conn, pool, image.key, files)
-        self.timings["upload_s"] = round(time.monotonic() - started, 1)
-        capacity = image.virtual_size
 
         known_hosts = self.state_dir / "known_hosts"
         known_hosts.write_text("")
-        plans: list[tuple[GuestSpec, DomainPlan]] = []
+        seeds: dict[str, Path] = {}
+        self._plans = {}
         for guest in guests:
             address = net.address_of(guest.name)
-            prefix = f"{self.domain_name(guest.name)}"
-            overlay = storage.create_overlay(pool, f"{prefix}.qcow2", base["disk"], files["disk"][1], capacity)
             host_key = make_host_key(self.state_dir, guest.name)
             seed_inputs = SeedInputs(
                 guest.name, self.ssh_user, public_key, address.mac, address.ip, net.subnet.prefixlen, net.gateway
             )
-            seed_file = build_seed_disk(self.state_dir, seed_inputs, host_key, image.seed_style)
-            seed_vol = storage.upload(conn, pool, f"{prefix}-seed.img", seed_file, "raw")
-            seed_file.unlink()
-            host_key.private.unlink()  # the guest holds its private key now; the controller keeps the public half
+            seeds[guest.name] = build_seed_disk(self.state_dir, seed_inputs, host_key, image.seed_style)
+            host_key.private.unlink()  # the seed carries it to the guest; the controller keeps the public half
             with known_hosts.open("a") as fh:
                 fh.write(known_hosts_line(address.ip, host_key))
+            domain = self.domain_name(guest.name)
             plan = DomainPlan(
                 spec=guest,
-                domain_name=self.domain_name(guest.name),
+                domain_name=domain,
                 run_label=self.run_label,
                 virt_type=checks.virt_type[guest.name],
-                disk_path=overlay.path(),
                 network=net.name,
                 mac=address.mac,
-                seed_path=seed_vol.path(),
-                kernel=base.get("kernel"),
-                initrd=base.get("initrd"),
+                kernel=str(image.kernel) if image.kernel else None,
+                initrd=str(image.initrd) if image.initrd else None,
                 cmdline=image.cmdline,
                 host_devices=tuple(d.address for d in checks.devices.get(guest.name, [])),
-                serial_log=f"{SERIAL_LOG_DIR}/{prefix}-serial.log" if self.uri in LOCAL_URIS else None,
+                serial_log=f"{SERIAL_LOG_DIR}/{domain}-serial.log" if self.uri in LOCAL_URIS else None,
             )
-            plans.append((guest, plan))
+            self._plans[guest.name] = self._remembered(plan)
+        self._up_vars = {
+            "libvirt_guest_network": network_vars(net),
+            "libvirt_guest_base": _base_vars(image),
+            "guests": {g.name: {"ip": net.address_of(g.name).ip, "seed": str(seeds[g.name])} for g in guests},
+        }
+
+        started = time.monotonic()
+        try:
+            self._provision()
+        finally:
+            for seed in seeds.values():
+                seed.unlink(missing_ok=True)  # it holds the guest's private host key
+        self.timings["provision_s"] = round(time.monotonic() - started, 1)
 
         boot_started = time.monotonic()
-        plans = [(guest, self._start_domain(self._remembered(plan))) for guest, plan in plans]
-        targets = [self._target(guest, plan, net, client_key, known_hosts, checks) for guest, plan in plans]
-        for target, (_guest, plan) in zip(targets, plans, strict=True):
-            booted = self._boot(target, plan)
+        targets = [
+            self._target(guest, self._plans[guest.name], net, client_key, known_hosts, checks) for guest in guests
+        ]
+        for target, guest in zip(targets, guests, strict=True):
+            booted = self._boot(target, self._plans[guest.name])
             target.emulated = booted.emulated
             target.details.update(virt_type=booted.virt_type, kvm_refused=booted.kvm_refused)
             target.details["boot_to_ssh_s"] = round(time.monotonic() - boot_started, 1)
         self.timings["boot_to_ssh_s"] = round(time.monotonic() - boot_started, 1)
         self.targets = targets
         return targets
+
+    def _provision(self) -> None:
+        """Run the up playbook for every guest as planned; take back what the role did (TCG where QEMU refused KVM).
+
+        The role leaves unchanged what is already as planned, so running it again only changes the guests whose
+        plan changed (a guest moved to TCG is stopped, defined again and started).
+        """
+        guests = []
+        for name, plan in self._plans.items():
+            values = {k: v for k, v in domain_vars(plan).items() if k not in ROLE_RESOLVED}
+            guests.append({**values, **self._up_vars["guests"][name]})
+        self._made = True
+        result = self._playbook(
+            UP_PLAYBOOK,
+            {
+                "libvirt_guest_network": self._up_vars["libvirt_guest_network"],
+                "libvirt_guest_base": self._up_vars["libvirt_guest_base"],
+                "libvirt_guest_guests": guests,
+            },
+        )
+        report = result.reports.get(self.host, {}).get("guests", {})
+        for name, plan in list(self._plans.items()):
+            made = report.get(name)
+            if not made:
+                continue
+            if made["virt_type"] != plan.virt_type:  # QEMU refused KVM and the guest's emulation is allow
+                plan = self._plans[name] = replace(plan, virt_type=made["virt_type"], kvm_refused=made["kvm_refused"])
+                say(f"{self.host}: guest {name}: QEMU refused KVM; starting it under QEMU TCG ({plan.kvm_refused})")
+            if made.get("error"):
+                raise self._start_error(plan, made["error"])
+        result.raise_for_failure()
+
+    def _start_error(self, plan: DomainPlan, error: str) -> TargetError:
+        if plan.virt_type == "kvm":
+            return TargetError(
+                f"{self.host}: guest {plan.spec.name} does not start under KVM: {error}",
+                "QEMU refused KVM here (nested virtualisation?); set emulation: allow to fall back to QEMU TCG "
+                "(rows are marked emulated), or see the hypervisor host's libvirt log",
+            )
+        return TargetError(
+            f"{self.host}: guest {plan.spec.name} does not start: {error}", "see the hypervisor host's libvirt log"
+        )
+
+    def _playbook(self, book: str, extravars: dict[str, Any]) -> PlaybookResult:
+        return run_guest_playbook(
+            book,
+            self.uri,
+            {
+                "libvirt_guest_run_label": self.run_label,
+                "libvirt_guest_pool": self.pool_name,
+                "libvirt_guest_pool_path": self.pool_path,
+                **extravars,
+            },
+            host=self.host,
+            artifacts_dir=self.artifacts_dir,
+        )
 
     def _verdict_key(self) -> str:
         return host_key(self.host, int(self.conn.getVersion()))
@@ -419,44 +503,11 @@ class LibvirtProvider:
             )
         remember_stall(self._verdict_key(), Path(plan.kernel) if plan.kernel else None, plan.cmdline, reason)
         say(f"{self.host}: guest {target.name}: {reason}; restarting it under QEMU TCG (rows marked emulated)")
-        dom = self.conn.lookupByName(plan.domain_name)
-        if dom.isActive():
-            dom.destroy()
-        dom.undefine()
-        emulated = self._start_domain(replace(plan, virt_type="qemu", kvm_refused=reason))
+        self._plans[plan.spec.name] = replace(plan, virt_type="qemu", kvm_refused=reason)
+        self._provision()  # the role finds the guest defined under KVM: stops, redefines and starts it under TCG
+        emulated = self._plans[plan.spec.name]
         self._wait_ssh(target, emulated)
         return emulated
-
-    def _start_domain(self, plan: DomainPlan) -> DomainPlan:
-        """Define and start; with ``emulation: allow``, a KVM guest QEMU cannot start is retried under TCG.
-
-        /dev/kvm can be present and still refuse an ordinary guest (nested
-        virtualisation without the CPU features QEMU sets): libvirt's domain
-        capabilities say yes, only starting the guest says no.
-        """
-        lv = _libvirt()
-        dom = None
-        try:
-            dom = self.conn.defineXML(domain_xml(plan))
-            dom.create()
-            return plan
-        except lv.libvirtError as exc:
-            error = exc.get_error_message()
-        if plan.virt_type == "kvm" and plan.spec.emulation == "allow" and not plan.host_devices:
-            if dom is not None:
-                dom.undefine()  # defined, never started: the TCG definition replaces it
-            refused = error.splitlines()[0][:300]
-            say(f"{self.host}: guest {plan.spec.name}: QEMU refused KVM; starting it under QEMU TCG ({refused})")
-            return self._start_domain(replace(plan, virt_type="qemu", kvm_refused=refused))
-        if plan.virt_type == "kvm":
-            raise TargetError(
-                f"{self.host}: guest {plan.spec.name} does not start under KVM: {error}",
-                "QEMU refused KVM here (nested virtualisation?); set emulation: allow to fall back to QEMU TCG "
-                "(rows are marked emulated), or see the hypervisor host's libvirt log",
-            )
-        raise TargetError(
-            f"{self.host}: guest {plan.spec.name} does not start: {error}", "see the hypervisor host's libvirt log"
-        )
 
     def _target(
         self, guest: GuestSpec, plan: DomainPlan, net: RunNetwork, key: Path, known_hosts: Path, checks: HostChecks
@@ -550,17 +601,19 @@ class LibvirtProvider:
     # -- tear down --------------------------------------------------------------------------------------------
 
     def down(self) -> None:
-        """Destroy and undefine this run's domains, delete its volumes and network, forget its keys."""
-        if self._conn is None and not self.targets:
-            try:
-                self.conn  # noqa: B018 - connect to sweep what a failed up() may have left
-            except TargetError:
-                return
-        removed = sweep(self.conn, self.run_label, self.pool_name)
-        self.removed = removed
+        """Run the down playbook (this run's domains, volumes, network and logs go), then forget the run's keys."""
+        if self._made:
+            self.removed = remove_run(
+                self.uri,
+                self.run_label,
+                self.pool_name,
+                host=self.host,
+                artifacts_dir=self.artifacts_dir,
+            )
+            self._made = False
         shutil.rmtree(self.state_dir, ignore_errors=True)
         self.targets = []
-        if self._claim is not None:  # only once sweep() went through: a failed down() leaves the run to a sweep
+        if self._claim is not None:  # only once the playbook went through: a failed down() leaves the run to a sweep
             self._claim.release()
             self._claim = None
 
@@ -588,43 +641,90 @@ def ssh_argv(target: Target, command: list[str]) -> list[str]:
     return target.ssh.argv(command)
 
 
-def sweep(
-    conn: libvirt.virConnect, run_label: str | None = None, pool_name: str = storage.DEFAULT_POOL
-) -> dict[str, Any]:
-    """Remove what dlinfra runs left on this host: one run's (``run_label``) or every run's (None).
+def _base_vars(image: GuestImage) -> dict[str, Any]:
+    """The image's files as the role uploads them once per image key (``libvirt_guest_base``)."""
+    files: dict[str, dict[str, str]] = {"disk": {"path": str(image.disk), "format": _disk_format(image.disk)}}
+    if image.kernel:
+        files["kernel"] = {"path": str(image.kernel), "format": "raw"}
+    if image.initrd:
+        files["initrd"] = {"path": str(image.initrd), "format": "raw"}
+    return {"id": image.key, "files": files}
 
-    Domains are matched by the label in their metadata (or their name), networks
-    and volumes by name; the shared base image volumes are kept.
+
+def run_guest_playbook(
+    book: str,
+    uri: str,
+    extravars: dict[str, Any],
+    *,
+    host: str = "localhost",
+    artifacts_dir: Path | None = None,
+) -> PlaybookResult:
+    """Run one of the libvirt playbooks here (``connection: local``), reaching the hypervisor through ``uri``.
+
+    The modules run under this Python, which has libvirt-python; ``host`` is the hypervisor's name in
+    the play's output and errors.
     """
+    hosts = {host: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}
+    label = extravars.get("libvirt_guest_run_label", "all")
+    with tempfile.TemporaryDirectory(prefix="dlinfra-libvirt-") as folder:
+        inventory = Path(folder) / "hypervisors.yml"
+        inventory.write_text(yaml.safe_dump({"all": {"children": {"dlinfra_hypervisors": {"hosts": hosts}}}}))
+        return run_playbook(
+            book,
+            inventory=inventory,
+            extravars={"libvirt_guest_uri": uri, **extravars},
+            artifacts_dir=artifacts_dir,
+            ident=f"{Path(book).stem}-{label}-{time.strftime('%Y%m%dT%H%M%S')}-{time.monotonic_ns() % 100000}",
+            quiet=True,
+        )
+
+
+def remove_run(
+    uri: str,
+    run_label: str,
+    pool_name: str = DEFAULT_POOL,
+    *,
+    host: str = "localhost",
+    artifacts_dir: Path | None = None,
+) -> dict[str, list[str]]:
+    """Run the down playbook for ``run_label``; return what it removed (domains, volumes, networks, logs)."""
+    result = run_guest_playbook(
+        DOWN_PLAYBOOK,
+        uri,
+        {"libvirt_guest_run_label": run_label, "libvirt_guest_pool": pool_name},
+        host=host,
+        artifacts_dir=artifacts_dir,
+    )
+    result.raise_for_failure()
+    removed = result.reports.get(host, {}).get("removed", {})
+    return {kind: list(removed.get(kind, [])) for kind in ("domains", "volumes", "networks", "logs")}
+
+
+def sweep(conn: libvirt.virConnect, run_label: str | None = None, pool_name: str = DEFAULT_POOL) -> dict[str, Any]:
+    """Remove what dlinfra runs left on the host ``conn`` reaches: one run's (``run_label``) or every run's (None).
+
+    Runs the down playbook per run label: domains, volumes and networks named after the label go, and the
+    logs of those domains (local hosts); the shared base image volumes are kept.
+    """
+    labels = [run_label] if run_label else _run_labels(conn, pool_name)
+    removed: dict[str, Any] = {"domains": [], "volumes": [], "networks": [], "logs": []}
+    for label in labels:
+        for kind, names in remove_run(conn.getURI(), label, pool_name, host=conn.getHostname()).items():
+            removed[kind] += names
+    return removed
+
+
+def _run_labels(conn: libvirt.virConnect, pool_name: str) -> list[str]:
+    """The labels of the dlinfra runs that have objects on this host (domain metadata, object names)."""
     import libvirt
 
-    prefix = f"dlinfra-{run_label}" if run_label else "dlinfra-r"
-    removed: dict[str, Any] = {"domains": [], "volumes": [], "networks": [], "logs": []}
-    for dom in conn.listAllDomains(0):
-        label = run_label_of(dom.XMLDesc(0))
-        ours = (label == run_label) if run_label else label is not None
-        if not ours and not dom.name().startswith(prefix + "-"):
-            continue
-        if dom.isActive():
-            dom.destroy()
-        dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM if hasattr(libvirt, "VIR_DOMAIN_UNDEFINE_NVRAM") else 0)
-        removed["domains"].append(dom.name())
-        if conn.getURI() in LOCAL_URIS:  # libvirt keeps a domain's QEMU log after undefine; so does our serial log
-            for log in (Path(SERIAL_LOG_DIR) / f"{dom.name()}-serial.log", Path(SERIAL_LOG_DIR) / f"{dom.name()}.log"):
-                if log.exists():
-                    log.unlink()
-                    removed["logs"].append(str(log))
-    try:
+    domains = conn.listAllDomains(0)
+    labels = {run_label_of(dom.XMLDesc(0)) for dom in domains}
+    names = [dom.name() for dom in domains] + [net.name() for net in conn.listAllNetworks(0)]
+    with contextlib.suppress(libvirt.libvirtError):  # no such pool: no volumes of ours
         pool = conn.storagePoolLookupByName(pool_name)
         if pool.isActive():
-            removed["volumes"] = storage.delete_volumes(pool, prefix + "-" if run_label else prefix)
-    except libvirt.libvirtError:
-        pass
-    for net in conn.listAllNetworks(0):
-        name = net.name()
-        if name == prefix or (run_label is None and name.startswith(prefix)):
-            if net.isActive():
-                net.destroy()
-            net.undefine()
-            removed["networks"].append(name)
-    return removed
+            pool.refresh(0)
+            names += [vol.name() for vol in pool.listAllVolumes(0)]
+    labels |= {match.group(1) for name in names if (match := _RUN_NAME.match(name))}
+    return sorted(label for label in labels if label)
