@@ -52,6 +52,11 @@ def check_label(label: str) -> str:
     return label
 
 
+def is_valid_label(label: str) -> bool:
+    """Whether ``label`` may name a run (objects found with other labels are not dlinfra's to sweep)."""
+    return bool(_LABEL.match(label))
+
+
 @dataclass
 class RunInfo:
     """What a run's state file says: who ran it, and one entry per object place (``kind`` plus where)."""

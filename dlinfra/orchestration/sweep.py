@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from dlinfra.errors import DlinfraError
-from dlinfra.orchestration.runs_registry import check_label, dead_runs, is_live, take_over
+from dlinfra.orchestration.runs_registry import check_label, dead_runs, is_live, is_valid_label, take_over
 from dlinfra.orchestration.sweep_report import SweepReport
 
 if TYPE_CHECKING:
@@ -135,15 +135,7 @@ def _discover(only: str | None = None) -> dict[str, list[dict[str, Any]]]:
         for label, entries in by_label.items():
             if only is None or label == only:
                 found.setdefault(label, []).extend(e for e in entries if e not in found[label])
-    return {label: entries for label, entries in found.items() if _valid(label) and not is_live(label)}
-
-
-def _valid(label: str) -> bool:
-    try:
-        check_label(label)
-    except DlinfraError:
-        return False
-    return True
+    return {label: entries for label, entries in found.items() if is_valid_label(label) and not is_live(label)}
 
 
 # ------------------------------------------------------------------ testbeds

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 from dlinfra.errors import DlinfraError, SpecError, TargetError
 from dlinfra.inventory import InventoryHost, match_pattern
 from dlinfra.orchestration.progress import phase
-from dlinfra.orchestration.runs_registry import RunClaim, check_label, claim, is_live, live_runs
+from dlinfra.orchestration.runs_registry import RunClaim, claim, is_live, is_valid_label, live_runs
 from dlinfra.orchestration.sweep_report import SweepReport
 from dlinfra.payload.cpuset import format_cpuset, split_cpuset
 from dlinfra.providers.base import LayerSpec, Provider, Target
@@ -625,15 +625,7 @@ def discover_runs() -> dict[str, list[dict[str, Any]]]:
             found.setdefault(label, []).append({"kind": "engine", **engine_where(engine)})
     for folder in _testbed_runs_folders():
         found.setdefault(folder.name, []).append({"kind": "folder", "path": str(folder), "via": []})
-    return {label: entries for label, entries in found.items() if _valid_label(label)}
-
-
-def _valid_label(label: str) -> bool:
-    try:
-        check_label(label)
-    except DlinfraError:
-        return False
-    return True
+    return {label: entries for label, entries in found.items() if is_valid_label(label)}
 
 
 def _local_engines() -> Iterable[Engine]:
