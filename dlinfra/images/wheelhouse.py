@@ -27,7 +27,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlinfra.cache import cache_dir, cache_key
+from dlinfra.cache import cache_dir, cache_key, keep_recent
 from dlinfra.errors import DlinfraError
 
 LOCK_NAME = "requirements.lock"
@@ -185,6 +185,10 @@ def _lock_line(wheel: Path) -> str:
     return f"{name}=={version} --hash=sha256:{_sha256(wheel)}"
 
 
+#: Wheelhouses kept in the cache: one per dlinfra source (each ~0.3 GB, the dependencies hard-linked).
+KEEP_WHEELHOUSES = 4
+
+
 def build_wheelhouse(extra: str = "payload") -> Wheelhouse:
     """The wheelhouse for this controller's sources (built once per input set, then reused)."""
     root = project_root()
@@ -219,6 +223,7 @@ def build_wheelhouse(extra: str = "payload") -> Wheelhouse:
             tmp.rename(final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    keep_recent(final, KEEP_WHEELHOUSES)
     lock = final / LOCK_NAME
     return Wheelhouse(
         path=final,

@@ -199,3 +199,23 @@ def test_unknown_and_ambiguous_campaigns_are_named(tmp_path: Path) -> None:
             store.resolve_campaign("bench-")
         with pytest.raises(StoreError, match="no campaign 'nope'"):
             store.resolve_campaign("nope")
+
+
+def test_the_cache_keeps_the_most_recently_used_entries_of_a_kind(tmp_path: Path) -> None:
+    """A new payload makes new multi-GB entries: older ones beyond the limit go, recent or hidden ones stay."""
+    import os
+    import time
+
+    from dlinfra.cache import keep_recent
+
+    kind = tmp_path / "guest-image"
+    now = time.time()
+    for i, name in enumerate(["a", "b", "c", "d", ".d-build-1"]):
+        (kind / name).mkdir(parents=True)
+        (kind / name / "base.qcow2").write_bytes(b"x")
+        os.utime(kind / name, (now - 3600 * (i + 1), now - 3600 * (i + 1)))
+    (kind / "fresh").mkdir()  # used a moment ago by another run: kept whatever the limit
+    assert keep_recent(kind / "d", keep=3) == [kind / "b", kind / "c"]  # d itself, fresh, then a: the 3 kept
+    assert sorted(p.name for p in kind.iterdir()) == [".d-build-1", "a", "d", "fresh"]
+    assert keep_recent(kind / "d", keep=1) == [kind / "a"]  # "fresh" is within the grace period: kept
+    assert sorted(p.name for p in kind.iterdir()) == [".d-build-1", "d", "fresh"]

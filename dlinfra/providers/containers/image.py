@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlinfra.cache import cache_dir, cache_key
+from dlinfra.cache import cache_dir, cache_key, keep_recent
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.images.rootfs import RootfsSpec, build_rootfs
 from dlinfra.providers.containers.engine import Engine
@@ -230,12 +230,17 @@ def _prune_tarballs(engine: Engine) -> None:
             shutil.rmtree(meta.parent, ignore_errors=True)
 
 
+#: Saved payload images kept in the cache (each ~1 GB): docker's and podman's of this payload, and older ones.
+KEEP_SAVED_IMAGES = 4
+
+
 def save_image(engine: Engine, ref: str) -> Path:
     """The image saved as a tarball in the controller cache, keyed by engine kind and image id."""
     image_id = _image_id(engine, ref)
     folder = cache_dir("images", {"engine": engine.kind, "id": image_id, "ref": ref})
     tarball = folder / "image.tar"
     if tarball.exists():
+        keep_recent(folder, KEEP_SAVED_IMAGES)
         return tarball
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / f"image.tar.partial-{os.getpid()}"
@@ -245,4 +250,5 @@ def save_image(engine: Engine, ref: str) -> Path:
     engine.run(*args, what="save image", timeout=1800)
     partial.rename(tarball)  # atomic: a half-written tarball is never taken for a cached one
     (folder / "meta.json").write_text(json.dumps({"engine": engine.kind, "id": image_id, "ref": ref}))
+    keep_recent(folder, KEEP_SAVED_IMAGES)
     return tarball

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dlinfra.cache import cache_dir
+from dlinfra.cache import cache_dir, keep_recent
 from dlinfra.errors import DlinfraError
 from dlinfra.images.rootfs import RootfsSpec, build_rootfs
 from dlinfra.orchestration.progress import note
@@ -364,7 +364,12 @@ def build_guest_image(
     return _load(out_dir)
 
 
+#: Guest images kept in the cache (each a few GB): this payload's, with and without the ctr-vm image, and one more.
+KEEP_GUEST_IMAGES = 3
+
+
 def _load(out_dir: Path) -> GuestImage:
+    keep_recent(out_dir, KEEP_GUEST_IMAGES)
     return GuestImage(
         disk=out_dir / "base.qcow2",
         kernel=out_dir / "vmlinuz",
