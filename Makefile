@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml scripts/install-deps.sh
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-daemons:
-	scripts/start-daemons.sh
+# dockerd, virtlogd and libvirtd answering on this machine: the roles docker_host and libvirt_host
+# (started in the background where there is no systemd), as dlinfra itself prepares any host.
+daemons: setup
+	$(BIN)/ansible-playbook -i inventory/controller.yml playbooks/prepare.yml
 
 demo: setup daemons
 	scripts/demo.sh

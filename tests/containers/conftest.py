@@ -33,9 +33,9 @@ def _root() -> bool:
 def docker() -> Engine:
     need_binary("dockerd")
     need(_root(), "root (to start dockerd)")
-    from dlinfra.providers.containers.daemons import ensure_dockerd
+    from dlinfra.providers.containers.provider import controller_engine
 
-    return ensure_dockerd(None, host="localhost")
+    return controller_engine("docker")  # prepared by the docker_host role, as a campaign does
 
 
 @pytest.fixture(scope="session")

@@ -284,10 +284,10 @@ def test_sigkill_during_vm_bring_up_then_startup_sweep_leaves_nothing(tmp_path: 
     libvirt = need_module("libvirt")
     from dlinfra.orchestration.runs_registry import is_live, runs_dir
     from dlinfra.orchestration.sweep import sweep_dead_runs
-    from dlinfra.providers.libvirt.daemons import ensure_daemons
+    from dlinfra.providers.host_prep import controller, prepare
     from dlinfra.providers.libvirt.provider import new_run_label
 
-    ensure_daemons()
+    prepare([controller("libvirt")])  # libvirtd answering, as a campaign has it
     label = new_run_label()
     pool, pool_path = "dlsweeptest", "/var/lib/libvirt/images/dlsweeptest"
     disk = tmp_path / "blank.qcow2"  # no OS: the guest sits in its firmware, alive, until it is destroyed

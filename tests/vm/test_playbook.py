@@ -45,9 +45,9 @@ def hypervisor(tmp_path_factory):
         need_binary(tool)
     libvirt = need_module("libvirt")
     need_module("ansible_collections.community.libvirt")
-    from dlinfra.providers.libvirt.daemons import ensure_daemons
+    from dlinfra.providers.host_prep import controller, prepare
 
-    ensure_daemons()
+    prepare([controller("libvirt")])  # libvirtd answering, as a campaign has it
     libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
     conn = libvirt.open(URI)
     _drop_pool(conn)  # an aborted earlier run's

@@ -1,4 +1,4 @@
-"""Start dockerd where no init system does it: here, and inside a local-testbed host's namespace.
+"""Start the dockerd of each local-testbed host, inside its network namespace (the testbed's, not a host role's).
 
 Why a dockerd per testbed host: Docker cannot join a container to a network
 namespace by path (podman can: ``--network ns:PATH``). A dockerd started inside
@@ -106,22 +106,22 @@ def _pid(pidfile: str) -> int | None:
     return pid if b"dockerd" in cmdline else None
 
 
-def ensure_dockerd(netns: str | None = None, *, host: str | None = None, wait_s: float = 90.0) -> Engine:
-    """Return a docker Engine whose daemon answers, starting dockerd in the background if needed.
+def ensure_dockerd(netns: str, *, host: str | None = None, wait_s: float = 90.0) -> Engine:
+    """Return a docker Engine for a local-testbed host whose own dockerd answers, starting it if needed.
 
-    ``netns`` names a local-testbed host's namespace (``/run/netns/NAME``); ``host`` is the
-    name used in messages (defaults to the namespace or ``localhost``).
+    ``netns`` names the host's namespace (``/run/netns/NAME``); ``host`` is the name used in messages
+    (defaults to the namespace). Any other host's dockerd is the docker_host role's (host_prep.py).
     """
     paths = dockerd_paths(netns)
-    label = host or netns or "localhost"
-    engine = Engine("docker", host=label, socket=None if netns is None else paths.socket, netns=netns)
+    label = host or netns
+    engine = Engine("docker", host=label, socket=paths.socket, netns=netns)
     if _answers(paths.socket):
         return engine
     if subprocess.run(["which", "dockerd"], capture_output=True).returncode != 0:
         raise TargetError(
             f"host {label}: container engine docker is not installed (no dockerd)", "apply the docker_host role"
         )
-    if netns is not None and not (NETNS_DIR / netns).exists():
+    if not (NETNS_DIR / netns).exists():
         raise TargetError(f"host {label}: network namespace {netns} does not exist", "bring the testbed up first")
     Path(paths.log).parent.mkdir(parents=True, exist_ok=True)
     for folder in (paths.exec_root, paths.data_root):

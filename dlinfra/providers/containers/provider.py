@@ -61,6 +61,7 @@ from dlinfra.providers.containers.run import (
     remove_run,
     run_labels,
 )
+from dlinfra.providers.host_prep import HostToPrepare, controller, prepare
 from dlinfra.transport import ContainerAccess
 
 HOME_IN_CONTAINER = "/opt/dlinfra"  # so Target.python is the image's venv: /opt/dlinfra/venv/bin/python
@@ -89,17 +90,27 @@ def _names(host: Any) -> set[str]:
     return {host.name, *host.groups}
 
 
-def _no_init_system() -> bool:
-    return not Path("/run/systemd/system").exists()
-
-
-def controller_engine(kind: str) -> Engine:
-    """The controller's engine, which builds and saves the image (dockerd started here if no init system)."""
-    if kind == "docker" and _no_init_system():
-        return daemons.ensure_dockerd(None, host="controller")
+def controller_engine(kind: str, *, artifacts_dir: Path | None = None) -> Engine:
+    """The controller's engine, which builds and saves the image; prepared by its host role once per process."""
+    if kind not in _PREPARED_HERE:
+        prepare([controller(kind)], artifacts_dir=artifacts_dir)  # type: ignore[arg-type]
+        _PREPARED_HERE.add(kind)
     engine = Engine(kind, host="controller")  # type: ignore[arg-type]
     engine.check_available()
     return engine
+
+
+#: Engine kinds this process has prepared on the controller: preparing is idempotent, but costs seconds.
+_PREPARED_HERE: set[str] = set()
+
+
+def _reach(host: InventoryHost) -> dict[str, Any]:
+    """How Ansible reaches an inventory host: its SSH settings, become settings and Python."""
+    return {
+        **host.ssh.ansible_vars(),
+        **{k: v for k, v in host.vars.items() if k.startswith("ansible_become")},
+        "ansible_python_interpreter": host.vars.get("ansible_python_interpreter", "auto_silent"),
+    }
 
 
 class ContainerProvider(Provider):
@@ -211,11 +222,7 @@ class ContainerProvider(Provider):
             return HostEngine(host.name, engine)
         engine = Engine(kind, host=host.name, via=ssh_via(host))  # type: ignore[arg-type]
         engine.check_available()
-        reach = {
-            **host.ssh.ansible_vars(),
-            "ansible_python_interpreter": host.vars.get("ansible_python_interpreter", "auto_silent"),
-        }
-        return HostEngine(host.name, engine, ansible=reach)
+        return HostEngine(host.name, engine, ansible=_reach(host))
 
     def _results_root(self, he: HostEngine, host: Any, run_id: str) -> str:
         """The host folder that will hold this run's bind-mounted results (the up play creates it), recorded first.
@@ -254,6 +261,13 @@ class ContainerProvider(Provider):
         # Claimed before anything exists, held until down() has removed it all: a controller killed
         # meanwhile leaves a state file that `dlinfra sweep` (and the next run's start) cleans up after.
         self._claim = self._claim or claim(run_id, "ctr", layer=self.layer)
+        over_ssh = [h for h in hosts if not h.vars.get("dlinfra_netns")]  # the testbed's dockerds are its own
+        # dlinfra's guests socket-activate dockerd: the role checks it answers, leaving the service as it is.
+        settings = {"service": False} if self.layer == "ctr-vm" and self.engine_kind == "docker" else {}
+        prepare(
+            [HostToPrepare(h.name, self.engine_kind, _reach(h), settings) for h in over_ssh],  # type: ignore[arg-type]
+            artifacts_dir=self._artifacts,
+        )
         for host in hosts:  # fail fast, naming the host, before building anything
             he = self._engine_for(host, self.engine_kind)
             self._record("engine", key=he.engine.label, **engine_where(he.engine))
@@ -269,7 +283,7 @@ class ContainerProvider(Provider):
         kinds = sorted({he.engine.kind for he in self.hosts})
         images: dict[str, str] = {}
         for kind in kinds:  # built and saved here; the up play loads it where it is missing (role payload_image)
-            local = controller_engine(kind)
+            local = controller_engine(kind, artifacts_dir=self._artifacts)
             built = build_payload_image(local, wh_path, wh_lock, base=opts.get("base_image"))
             images[kind] = built.tag
             for he in self.hosts:

@@ -20,7 +20,8 @@ from dlinfra.errors import DlinfraError, SpecError
 from dlinfra.inventory import InventoryHost
 from dlinfra.orchestration.progress import phase
 from dlinfra.providers.base import LayerSpec, Provider, Target
-from dlinfra.providers.libvirt.provider import PROVIDER_OPTIONS, LibvirtProvider
+from dlinfra.providers.host_prep import HostToPrepare, controller, prepare
+from dlinfra.providers.libvirt.provider import LOCAL_URIS, PROVIDER_OPTIONS, LibvirtProvider
 from dlinfra.providers.libvirt.spec import GUEST_FIELDS, GuestSpec
 from dlinfra.providers.libvirt.sweeping import discover_libvirt_runs, sweep_libvirt_run
 
@@ -92,7 +93,9 @@ class LibvirtVmProvider(Provider):
             raise SpecError(f"inventory {spec.inventory} has no host that carries layer vm", "add vm to dlinfra_layers")
         default_uri = spec.options.get("uri")
         uris = {h.name: libvirt_uri(h, default_uri) for h in self._hosts}  # every host checked before any guest
-        self.providers = [LibvirtProvider(uris[h.name], physical_host=h.name) for h in self._hosts]
+        pool = {key: str(spec.options[key]) for key in ("pool",) if key in spec.options}
+        prepare([_hypervisor(h, uris[h.name], pool.get("pool")) for h in self._hosts], artifacts_dir=spec.artifacts_dir)
+        self.providers = [LibvirtProvider(uris[h.name], physical_host=h.name, **pool) for h in self._hosts]
         for provider in self.providers:
             provider.conn  # noqa: B018 - every hypervisor answers before minutes go into an image
         self._image = None if spec.options.get("cloud_image") else self._build_image(spec)
@@ -138,6 +141,16 @@ class LibvirtVmProvider(Provider):
     @classmethod
     def discover(cls) -> dict[str, list[dict[str, Any]]]:
         return discover_libvirt_runs()
+
+
+def _hypervisor(host: InventoryHost, uri: str, pool: str | None) -> HostToPrepare:
+    """The host the libvirt_host role prepares for ``uri``: this machine for a local URI, else ``host`` over SSH."""
+    settings = {"pool_name": pool} if pool else {}
+    if uri in LOCAL_URIS:
+        return controller("libvirt", uri=uri, **settings)
+    reach = {**host.ssh.ansible_vars(), **{k: v for k, v in host.vars.items() if k.startswith("ansible_become")}}
+    reach["ansible_python_interpreter"] = host.vars.get("ansible_python_interpreter", "auto_silent")
+    return HostToPrepare(host.name, "libvirt", reach, settings)
 
 
 def _guests_for(host: InventoryHost, options: dict[str, Any], host_count: int) -> list[dict[str, Any]]:

@@ -48,7 +48,6 @@ from dlinfra.providers.libvirt.boot import (
     remember_stall,
     remembered_stall,
 )
-from dlinfra.providers.libvirt.daemons import ensure_daemons
 from dlinfra.providers.libvirt.domain import DomainPlan, domain_vars, run_label_of
 from dlinfra.providers.libvirt.image import GuestImage, build_guest_image, cloud_image
 from dlinfra.providers.libvirt.network import (
@@ -158,14 +157,13 @@ class LibvirtProvider:
     def conn(self) -> libvirt.virConnect:
         if self._conn is None:
             lv = _libvirt()
-            if self.uri in LOCAL_URIS:
-                ensure_daemons()
             try:
                 self._conn = lv.open(self.uri)
             except lv.libvirtError as exc:
                 raise TargetError(
                     f"cannot connect to libvirt at {self.uri}: {exc.get_error_message()}",
-                    "is libvirtd running there, and may this user reach it?",
+                    "is libvirtd running there (run playbooks/prepare.yml, role libvirt_host), and may this user"
+                    " reach it?",
                 ) from exc
         return self._conn
 

@@ -1,0 +1,88 @@
+"""Host preparation: ``playbooks/prepare.yml`` run by dlinfra, on this machine's real daemons.
+
+The inventory dlinfra builds (each host in its role's group, packages never installed by dlinfra), a
+prepared machine left unchanged (changed=0), libvirtd and virtlogd started again by the role after they
+were stopped (no init system here: the role's background start is the path a CI machine takes), and an
+unreachable host failing with one message naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import need, need_binary
+
+from dlinfra.errors import TargetError
+from dlinfra.providers.host_prep import LOCAL, HostToPrepare, controller, inventory, prepare
+
+
+def test_inventory_puts_each_host_in_its_roles_group() -> None:
+    hosts = [
+        controller("docker"),
+        controller("libvirt", uri="qemu:///system", pool_name="p1"),
+        HostToPrepare("node-2", "podman", {"ansible_host": "10.0.0.2", "ansible_user": "ops"}),
+    ]
+    inv = inventory(hosts)["all"]
+    assert inv["children"] == {
+        "dlinfra_docker_hosts": {"hosts": {"localhost": None}},
+        "dlinfra_hypervisors": {"hosts": {"localhost": None}},
+        "dlinfra_podman_hosts": {"hosts": {"node-2": None}},
+    }
+    local = inv["hosts"]["localhost"]
+    assert local["ansible_connection"] == "local" and local["ansible_python_interpreter"] == sys.executable
+    assert local["docker_host_install"] is False and local["libvirt_host_install"] is False  # never installs
+    assert local["libvirt_host_uri"] == "qemu:///system" and local["libvirt_host_pool_name"] == "p1"
+    remote = inv["hosts"]["node-2"]
+    assert remote == {"ansible_host": "10.0.0.2", "ansible_user": "ops", "podman_host_install": False}
+    assert LOCAL["ansible_connection"] == "local"
+
+
+def _libvirt_answers() -> bool:
+    probe = subprocess.run(["virsh", "-c", "qemu:///system", "version"], capture_output=True, timeout=60)
+    return probe.returncode == 0
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_prepare_starts_stopped_daemons_then_changes_nothing(tmp_path: Path) -> None:
+    """The hypervisor role, as a campaign runs it: daemons stopped -> started (changed) -> unchanged."""
+    need(os.geteuid() == 0, "root (libvirtd)")
+    for tool in ("libvirtd", "virtlogd", "virsh", "ansible-playbook", "pkill"):
+        need_binary(tool)
+    need(not Path("/run/systemd/system").exists(), "a machine without systemd (the role's background start)")
+    prepare([controller("libvirt")])
+    for daemon in ("libvirtd", "virtlogd"):  # stopped the way the role's absent state stops them
+        subprocess.run(["pkill", "--exact", daemon], check=False)
+    deadline = time.monotonic() + 30
+    while _libvirt_answers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _libvirt_answers()
+    try:
+        assert prepare([controller("libvirt")], artifacts_dir=tmp_path / "first") >= 2  # both daemons started
+        assert _libvirt_answers()
+        assert subprocess.run(["pgrep", "--exact", "virtlogd"], capture_output=True).returncode == 0
+    finally:
+        if not _libvirt_answers():
+            prepare([controller("libvirt")])
+    assert prepare([controller("docker"), controller("libvirt")], artifacts_dir=tmp_path / "again") == 0
+
+
+@pytest.mark.integration
+def test_an_unreachable_host_fails_preparation_naming_it(tmp_path: Path) -> None:
+    need_binary("ansible-playbook")
+    need_binary("ssh")
+    ghost = HostToPrepare(
+        "ghost-7",
+        "docker",
+        {"ansible_host": "127.0.0.1", "ansible_port": 1, "ansible_user": "nobody", "ansible_connection": "ssh"},
+    )
+    started = time.monotonic()
+    with pytest.raises(TargetError) as caught:
+        prepare([ghost], artifacts_dir=tmp_path)
+    assert "ghost-7" in caught.value.message and "unreachable" in caught.value.message
+    assert time.monotonic() - started < 120
