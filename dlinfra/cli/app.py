@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "bench": "dlinfra.cli.bench_cmd:bench",
     "results": "dlinfra.cli.results_cmd:results",
     "report": "dlinfra.cli.report_cmd:report",
+    "compare": "dlinfra.cli.compare_cmd:compare",
     "sweep": "dlinfra.cli.sweep_cmd:sweep",
 }
 

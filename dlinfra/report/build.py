@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dlinfra.errors import DlinfraError
 from dlinfra.report import views
-from dlinfra.report.frame import METRICS, failed_cells, load_runs, require_metric, run_values
-from dlinfra.report.model import Report
+from dlinfra.report.frame import METRICS, failed_cells, load_runs, require_metric, run_values, trim_runs
+from dlinfra.report.model import STATISTICS, Report
 from dlinfra.report.warnings import ReportWarning, dedupe
 from dlinfra.results.store import ResultsStore
 
@@ -17,10 +17,13 @@ def build_report(
     metric: str = "throughput",
     seed: int = 0,
     compare_seed: str | None = None,
+    statistic: str = "mean",
 ) -> Report:
     """The full report of one campaign; raises DlinfraError with a hint for anything the user can fix."""
     if metric not in METRICS:
         raise DlinfraError(f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
+    if statistic not in STATISTICS:
+        raise DlinfraError(f"unknown statistic {statistic!r}", f"use one of {', '.join(STATISTICS)}")
     m = METRICS[metric]
     campaign_id = store.resolve_campaign(campaign)
     row = next((c for c in store.campaigns() if c["campaign_id"] == campaign_id), {})
@@ -39,6 +42,9 @@ def build_report(
         )
     values = run_values(runs, m)
     require_metric(values, m, campaign_id)
+    trimmed = 0
+    if statistic == "trimmed":
+        values, trimmed = trim_runs(values)
     elapsed = values if metric == "elapsed" else run_values(runs, METRICS["elapsed"])
     tta = values if metric == "time-to-accuracy" else run_values(runs, METRICS["time-to-accuracy"])
 
@@ -62,6 +68,8 @@ def build_report(
             else ""
         )
     ]
+    if trimmed:
+        notes.append(f"statistic trimmed: {trimmed} run(s) dropped, the fastest and slowest of each layer")
     if compare_seed:
         from dlinfra.report.seeds import compare
 
@@ -89,4 +97,5 @@ def build_report(
         warnings=dedupe(warnings),
         notes=notes,
         step_samples=samples,
+        statistic=statistic,
     )
