@@ -26,7 +26,18 @@ Overhead > 0 means worse than the baseline (slower, or longer). The interval is
 a 95% bootstrap CI of the ratio of means over repeats; see docs/report.md.
 """
 
-VIEWS = ("overhead", "scaling", "ps", "sync_async", "run_times", "system", "step_times", "seed")
+VIEWS = (
+    "overhead",
+    "expectations",
+    "drift",
+    "scaling",
+    "ps",
+    "sync_async",
+    "run_times",
+    "system",
+    "step_times",
+    "seed",
+)
 
 
 @click.command(epilog=EPILOG)

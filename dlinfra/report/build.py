@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dlinfra.errors import DlinfraError
 from dlinfra.report import views
+from dlinfra.report.drift import drift_view
+from dlinfra.report.expectations import FAIL, PASS, evaluate, outcomes_frame
 from dlinfra.report.frame import METRICS, failed_cells, load_runs, require_metric, run_values, trim_runs
 from dlinfra.report.model import STATISTICS, Report
 from dlinfra.report.warnings import ReportWarning, dedupe
@@ -59,6 +61,16 @@ def build_report(
         "system": views.system_view(runs),
         "step_times": step_table,
     }
+    report_views["drift"], drift_warnings = drift_view(values, seed)
+    warnings.extend(drift_warnings)
+    expect = store.campaign_spec(campaign_id).get("expect")
+    if isinstance(expect, list) and expect:
+        outcomes = evaluate(store, campaign_id, expect, seed=seed, statistic=statistic)
+        report_views["expectations"] = outcomes_frame(outcomes)
+        for o in outcomes:
+            if o.status != PASS:
+                code = "expectation-failed" if o.status == FAIL else "expectation-no-data"
+                warnings.append(ReportWarning(code, o.line(), o.workload, o.config, o.layer))
     notes = [
         f"{len(values)} run(s) over {len(set(values['cell_hash']))} cell(s), layers {', '.join(layers)}; "
         f"{len(failed)} failed cell run(s)"

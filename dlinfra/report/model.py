@@ -12,6 +12,7 @@ from dlinfra.report.warnings import ReportWarning
 #: view name -> title, in the order every format shows them.
 VIEW_TITLES = {
     "overhead": "Overhead against the baseline",
+    "expectations": "Expectations of the campaign spec",
     "scaling": "Scaling against 1 worker",
     "ps": "Effect of the parameter-server count",
     "sync_async": "Sync vs async: time to accuracy",
@@ -19,7 +20,6 @@ VIEW_TITLES = {
     "system": "System view per role",
     "step_times": "Step-time distribution",
     "seed": "Against the seed's published figures",
-    "expectations": "Expectations of the campaign spec",
     "drift": "Drift across repeats",
     "compare": "Cell by cell: the second campaign against the first",
     "metadata": "Metadata that differs between the two campaigns",
