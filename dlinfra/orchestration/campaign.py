@@ -305,12 +305,7 @@ def run_campaign(
     spec, inventory_path, hosts = checked.spec, checked.inventory_path, checked.hosts
     cid = _resolve_campaign_id(store, spec, campaign_id, resume)
     set_campaign(cid)  # every run label a provider claims from now on says whose it is (dlinfra sweep --campaign)
-    if spec.order == "shuffled" and spec.order_seed is None:  # drawn once, stored, so the order can be redone
-        spec.order_seed = random.SystemRandom().randrange(2**31)
-        spec.raw = {**spec.raw, "order_seed": spec.order_seed}
-    store.add_campaign(cid, spec.name, spec.raw)  # now: a controller killed during bring-up leaves one to resume
-    if spec.order == "shuffled":  # a --resume keeps the order its campaign was started with
-        spec.order_seed = int(store.campaign_spec(cid).get("order_seed", spec.order_seed))
+    record_campaign(store, cid, spec)  # now: a controller killed during bring-up leaves one to resume
     say(f"campaign [bold]{cid}[/bold]: layers {', '.join(spec.layers)}; inventory {inventory_path}")
     artifacts = Path(artifacts) if artifacts else Path("artifacts") / cid
     skip = _layers_done(spec, hosts, inventory_path, store.done_cells(cid)) if resume else {}
@@ -322,6 +317,17 @@ def run_campaign(
         return _measure(spec, store, cid, artifacts, up, wheelhouse, resume, skip_deploy)
     finally:
         up.down()
+
+
+def record_campaign(store: ResultsStore, cid: str, spec: CampaignSpec) -> None:
+    """Store the campaign and its spec; a shuffled order without a seed gets one, drawn once and stored so the
+    order can be redone, and a ``--resume`` keeps the seed (so the order) its campaign was started with."""
+    if spec.order == "shuffled" and spec.order_seed is None:
+        spec.order_seed = random.SystemRandom().randrange(2**31)
+        spec.raw = {**spec.raw, "order_seed": spec.order_seed}
+    store.add_campaign(cid, spec.name, spec.raw)
+    if spec.order == "shuffled":
+        spec.order_seed = int(store.campaign_spec(cid).get("order_seed", spec.order_seed))
 
 
 def _deploy_layers(

@@ -122,3 +122,18 @@ def test_expectations_are_validated_with_file_line_and_key(tmp_path: Path) -> No
     for line, error in bad:
         with pytest.raises(SpecError, match=error):
             load_spec(_spec(tmp_path, "layers: [bm, ctr]\nworkloads: [mnist-dnn]\nexpect:\n" + line + "\n"))
+
+
+def test_a_drawn_order_seed_is_stored_and_kept_on_resume(tmp_path: Path) -> None:
+    from dlinfra.orchestration.campaign import record_campaign
+    from dlinfra.results.store import open_store
+
+    path = _spec(tmp_path, "order: shuffled\nworkloads: [mnist-dnn]\n")
+    with open_store(str(tmp_path / "r.db")) as store:
+        first = load_spec(path)
+        record_campaign(store, "c-1", first)
+        assert first.order_seed is not None
+        assert store.campaign_spec("c-1")["order_seed"] == first.order_seed
+        again = load_spec(path)  # --resume: a new load draws nothing new, it reads the stored seed
+        record_campaign(store, "c-1", again)
+        assert again.order_seed == first.order_seed
