@@ -13,7 +13,9 @@ Shape (docs/campaigns.md has the full reference)::
     warmup_steps: 5
     steps: 20
     cell_timeout: 300
-    matrix: {batch_size: [64], mode: [single]}      # defaults for every workload
+    matrix: {batch_size: [64], mode: [single]}      # defaults for every workload; also zip: and exclude:
+    order: repeat-major                             # or shuffled, with order_seed
+    expect: [{layer: ctr, overhead_pct: {max: 10}}] # checked by 'dlinfra check' (docs/compare.md)
     workloads:
       - mnist-dnn                                   # a name, or a mapping:
       - {name: mnist-dnn, hosts: [h1, h2], matrix: {mode: [ps-async], ps: [1], workers: [2]}}
