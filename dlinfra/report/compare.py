@@ -63,6 +63,8 @@ class Side:
     name: str
     values: pd.DataFrame
     runs: pd.DataFrame
+    #: Every workload x config x layer with a stored run, successful or not.
+    ran: frozenset[tuple[str, str, str]] = frozenset()
 
 
 def _side(store: ResultsStore, campaign: str, metric: Metric, statistic: str) -> Side:
@@ -76,7 +78,8 @@ def _side(store: ResultsStore, campaign: str, metric: Metric, statistic: str) ->
     if statistic == "trimmed":
         values, _ = trim_runs(values)
     good = values[values["ok"] & values["value"].notna()]
-    return Side(campaign_id, row.get("name", campaign_id), good, runs)
+    ran = set(zip(values["workload"], values["config_label"], values["layer"], strict=True))
+    return Side(campaign_id, row.get("name", campaign_id), good, runs, frozenset(ran))
 
 
 def _change(a: pd.Series, b: pd.Series, metric: Metric, seed: int) -> tuple[float, float, float, str]:
@@ -98,9 +101,9 @@ def compare_cells(a: Side, b: Side, metric: Metric, seed: int) -> pd.DataFrame:
         va, vb = groups_a.get(k), groups_b.get(k)
         point = low = high = math.nan
         if va is None:
-            verdict = ONLY_B
+            verdict = "no successful run in A" if k in a.ran else ONLY_B
         elif vb is None:
-            verdict = ONLY_A
+            verdict = "no successful run in B" if k in b.ran else ONLY_A
         else:
             point, low, high, verdict = _change(va, vb, metric, stats.stable_seed(seed, "compare", *k))
         rows.append(

@@ -54,12 +54,19 @@ def test_unmatched_cells_are_listed(store, campaign):
     a = campaign("a")
     a.add("bm", draws(1000, 2, 5, seed=1))
     a.add("vm", draws(900, 2, 5, seed=2))
+    a.add("ctr", draws(900, 2, 5, seed=3))
     b = campaign("b")
     b.add("bm", draws(1000, 2, 5, seed=1))
     b.add("bm", draws(1000, 2, 5, seed=1), workload="cifar10-cnn")
+    b.add("vm", [], failed=2)
     cells = build_compare(store, "a", "b").views["compare"]
     verdicts = dict(zip(cells["layer"] + "/" + cells["workload"], cells["verdict"], strict=True))
-    assert verdicts == {"bm/mnist-dnn": "no difference", "vm/mnist-dnn": "only in A", "bm/cifar10-cnn": "only in B"}
+    assert verdicts == {
+        "bm/mnist-dnn": "no difference",
+        "vm/mnist-dnn": "no successful run in B",
+        "ctr/mnist-dnn": "only in A",
+        "bm/cifar10-cnn": "only in B",
+    }
 
 
 def test_changed_metadata_appears(store, campaign):
