@@ -24,6 +24,8 @@ SUBCOMMANDS = {
     "bench": "dlinfra.cli.bench_cmd:bench",
     "results": "dlinfra.cli.results_cmd:results",
     "report": "dlinfra.cli.report_cmd:report",
+    "compare": "dlinfra.cli.compare_cmd:compare",
+    "check": "dlinfra.cli.check_cmd:check",
     "sweep": "dlinfra.cli.sweep_cmd:sweep",
 }
 
@@ -55,6 +57,8 @@ Examples:
   dlinfra bench mnist-dnn --steps 50       # one local run, stored as layer bm
   dlinfra results list                     # what the store holds
   dlinfra report --format html --out r.html
+  dlinfra compare latest~1 latest          # what changed since the campaign before
+  dlinfra check                            # exit non-zero when an 'expect' of the spec fails
 """
 
 

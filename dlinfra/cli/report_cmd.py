@@ -19,16 +19,31 @@ Examples:
   dlinfra report --format csv --view scaling       # another view as CSV
   dlinfra report --format json | jq .warnings
   dlinfra report --compare-seed 000                # beside seed 000's published figures
+  dlinfra report --statistic trimmed               # drop each layer's fastest and slowest run
+  dlinfra report --campaign latest~1               # the campaign before the latest
 \b
 Overhead > 0 means worse than the baseline (slower, or longer). The interval is
 a 95% bootstrap CI of the ratio of means over repeats; see docs/report.md.
 """
 
-VIEWS = ("overhead", "scaling", "ps", "sync_async", "run_times", "system", "step_times", "seed")
+VIEWS = (
+    "overhead",
+    "expectations",
+    "drift",
+    "scaling",
+    "ps",
+    "sync_async",
+    "run_times",
+    "system",
+    "step_times",
+    "seed",
+)
 
 
 @click.command(epilog=EPILOG)
-@click.option("--campaign", default="latest", show_default=True, help="Campaign id, unique prefix, name or 'latest'.")
+@click.option(
+    "--campaign", default="latest", show_default=True, help="Campaign id, unique prefix, name, 'latest' or 'latest~N'."
+)
 @click.option("--baseline", default="bm", show_default=True, help="Layer to compare the others against.")
 @click.option(
     "--metric",
@@ -58,6 +73,13 @@ VIEWS = ("overhead", "scaling", "ps", "sync_async", "run_times", "system", "step
     help="Which view --format csv writes (the other formats show every view).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap RNG seed (same seed, same report).")
+@click.option(
+    "--statistic",
+    type=click.Choice(["mean", "trimmed"]),
+    default="mean",
+    show_default=True,
+    help="mean = every run; trimmed = drop each layer's fastest and slowest run (MLPerf style, >= 3 runs).",
+)
 @click.pass_context
 def report(
     ctx: click.Context,
@@ -69,6 +91,7 @@ def report(
     compare_seed: str | None,
     view: str,
     seed: int,
+    statistic: str,
 ) -> None:
     """Compare the layers of a campaign: median, IQR and CV per layer, overhead
     against the baseline with a bootstrap 95% CI and a verdict, scaling,
@@ -79,7 +102,9 @@ def report(
     if view == "seed" and not compare_seed:
         raise DlinfraError("--view seed needs --compare-seed", "e.g. --compare-seed 000 --view seed")
     with store_from(ctx) as store:
-        result = build_report(store, campaign, baseline, metric, seed=seed, compare_seed=compare_seed)
+        result = build_report(
+            store, campaign, baseline, metric, seed=seed, compare_seed=compare_seed, statistic=statistic
+        )
     width = console.width if console.is_terminal and out is None else None
     text = render(result, fmt, width=width, view=view)
     if out is None:

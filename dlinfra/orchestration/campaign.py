@@ -12,6 +12,7 @@ with the reason, and ``--resume`` runs only the cells not yet stored as ok.
 
 from __future__ import annotations
 
+import random
 import signal
 import threading
 import time
@@ -27,7 +28,7 @@ from rich.markup import escape
 from dlinfra.errors import DlinfraError, SpecError
 from dlinfra.images.wheelhouse import Wheelhouse, build_wheelhouse
 from dlinfra.inventory import InventoryHost, match_pattern
-from dlinfra.orchestration.cells import Cell, expand, plan
+from dlinfra.orchestration.cells import Cell, expand, plan, run_order
 from dlinfra.orchestration.deploy import deploy, verify_identities
 from dlinfra.orchestration.launch import CellRun, Launcher
 from dlinfra.orchestration.progress import current_console, phase, say, use_console
@@ -304,7 +305,7 @@ def run_campaign(
     spec, inventory_path, hosts = checked.spec, checked.inventory_path, checked.hosts
     cid = _resolve_campaign_id(store, spec, campaign_id, resume)
     set_campaign(cid)  # every run label a provider claims from now on says whose it is (dlinfra sweep --campaign)
-    store.add_campaign(cid, spec.name, spec.raw)  # now: a controller killed during bring-up leaves one to resume
+    record_campaign(store, cid, spec)  # now: a controller killed during bring-up leaves one to resume
     say(f"campaign [bold]{cid}[/bold]: layers {', '.join(spec.layers)}; inventory {inventory_path}")
     artifacts = Path(artifacts) if artifacts else Path("artifacts") / cid
     skip = _layers_done(spec, hosts, inventory_path, store.done_cells(cid)) if resume else {}
@@ -316,6 +317,17 @@ def run_campaign(
         return _measure(spec, store, cid, artifacts, up, wheelhouse, resume, skip_deploy)
     finally:
         up.down()
+
+
+def record_campaign(store: ResultsStore, cid: str, spec: CampaignSpec) -> None:
+    """Store the campaign and its spec; a shuffled order without a seed gets one, drawn once and stored so the
+    order can be redone, and a ``--resume`` keeps the seed (so the order) its campaign was started with."""
+    if spec.order == "shuffled" and spec.order_seed is None:
+        spec.order_seed = random.SystemRandom().randrange(2**31)
+        spec.raw = {**spec.raw, "order_seed": spec.order_seed}
+    store.add_campaign(cid, spec.name, spec.raw)
+    if spec.order == "shuffled":
+        spec.order_seed = int(store.campaign_spec(cid).get("order_seed", spec.order_seed))
 
 
 def _deploy_layers(
@@ -369,9 +381,7 @@ def _measure(
         for t in stand_ins
     }
     cells = expand(spec, {**up.targets, **up.placeholders}, unplaced=set(up.placeholders))
-    # Repeat-major: repeat 0 of every cell, then repeat 1, ... so drift in a machine's load hits every
-    # layer alike instead of biasing whichever ran last.
-    todo_all = [(cell, r) for r in range(spec.repeats) for cell in cells]
+    todo_all = run_order(cells, spec.repeats, spec.order, spec.order_seed or 0)
     done = store.done_cells(cid) if resume else set()
     todo = [(cell, r) for cell, r in todo_all if (cell.hash, r) not in done]
     result = CampaignResult(cid, len(todo_all), len(todo_all) - len(todo), layer_failures=list(up.failures.values()))

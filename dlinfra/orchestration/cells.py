@@ -11,14 +11,14 @@ disjoint CPU set, seed 000's "CPU affinity").
 
 from __future__ import annotations
 
-import itertools
 import json
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
 from dlinfra.errors import SpecError
 from dlinfra.inventory import match_pattern
-from dlinfra.orchestration.spec import CampaignSpec, WorkloadSpec
+from dlinfra.orchestration.spec import CampaignSpec, WorkloadSpec, matrix_points
 from dlinfra.payload.cpuset import split_cpuset
 from dlinfra.providers.base import Target
 from dlinfra.providers.registry import provider_name
@@ -110,9 +110,7 @@ def expand(
             if workload.layers is not None and layer not in workload.layers:
                 continue
             chosen = _targets_for(workload, layer_targets, spec, layer)
-            keys = sorted(workload.matrix)
-            for values in itertools.product(*(workload.matrix[k] for k in keys)):
-                point = dict(zip(keys, values, strict=True))
+            for point in matrix_points(workload.matrix, workload.zips, workload.exclude):
                 base = {
                     "layer": layer,
                     "provider": provider,
@@ -137,6 +135,23 @@ def expand(
                     if cell is not None and layer not in unplaced:
                         plan(cell, {t.name: t for t in chosen})  # fail now, not after hours of other cells
     return cells
+
+
+def run_order(cells: list[Cell], repeats: int, order: str = "repeat-major", seed: int = 0) -> list[tuple[Cell, int]]:
+    """Every cell x repeat in the order they run.
+
+    repeat-major: repeat 0 of every cell in spec order, then repeat 1, ... so drift in a machine's load hits
+    every layer alike instead of biasing whichever ran last. shuffled: still repeat by repeat, but each
+    repeat's cells in a random order drawn from ``seed`` and the repeat (the same seed, the same order), so
+    a drift within a repeat does not always hit the same layer either.
+    """
+    out: list[tuple[Cell, int]] = []
+    for repeat in range(repeats):
+        block = list(cells)
+        if order == "shuffled":
+            random.Random(f"{seed}:{repeat}").shuffle(block)
+        out += [(cell, repeat) for cell in block]
+    return out
 
 
 def _add(cells: list[Cell], seen: set[str], config: dict[str, Any], targets: list[str]) -> Cell | None:

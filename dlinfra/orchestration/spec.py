@@ -13,7 +13,9 @@ Shape (docs/campaigns.md has the full reference)::
     warmup_steps: 5
     steps: 20
     cell_timeout: 300
-    matrix: {batch_size: [64], mode: [single]}      # defaults for every workload
+    matrix: {batch_size: [64], mode: [single]}      # defaults for every workload; also zip: and exclude:
+    order: repeat-major                             # or shuffled, with order_seed
+    expect: [{layer: ctr, overhead_pct: {max: 10}}] # checked by 'dlinfra check' (docs/compare.md)
     workloads:
       - mnist-dnn                                   # a name, or a mapping:
       - {name: mnist-dnn, hosts: [h1, h2], matrix: {mode: [ps-async], ps: [1], workers: [2]}}
@@ -22,6 +24,7 @@ Shape (docs/campaigns.md has the full reference)::
 from __future__ import annotations
 
 import difflib
+import itertools
 import math
 import re
 from dataclasses import dataclass, field
@@ -52,7 +55,18 @@ TOP_FIELDS = {
     "cell_timeout": "seconds one cell may take, all processes (> 0)",
     "peer_timeout": "seconds a distributed process waits for a silent peer",
     "layer_options": "per-layer provider and its options, e.g. {vm: {provider: libvirt, vcpus: 2}}",
+    "expect": "expected results, checked by 'dlinfra check' (docs/compare.md)",
+    "order": f"order of the cell runs: {' or '.join(('repeat-major', 'shuffled'))}",
+    "order_seed": "seed of order: shuffled (random and stored when absent)",
 }
+ORDERS = ("repeat-major", "shuffled")
+#: Keys of a matrix that are not parameters: lists that vary together, combinations to skip.
+MATRIX_SPECIAL = ("zip", "exclude")
+#: Keys of one expectation: cell filters (besides matrix keys), then what is expected of the cells they select.
+EXPECT_FILTERS = {"workload", "layer", "provider"}
+EXPECT_FIELDS = {"metric", "overhead_pct", "baseline", "value", "tolerance"}
+EXPECT_METRICS = ("throughput", "elapsed", "time-to-accuracy")
+MAX_EXPECT = 1000
 WORKLOAD_FIELDS = {"name", "workload", "hosts", "layers", "matrix"}
 #: Matrix keys that shape a cell rather than parameterise the payload (checked here, not in the table).
 CELL_KEYS: dict[str, type] = {"mode": str, "ps": int, "workers": int, "placement": str}
@@ -110,6 +124,10 @@ class WorkloadSpec:
     line: int
     #: The campaign layers this workload runs on (default: all of them).
     layers: list[str] | None = None
+    #: Groups of matrix keys whose lists vary together (one value of each at a time), not crossed.
+    zips: list[list[str]] = field(default_factory=list)
+    #: Partial combinations to skip: a point matching every key of one (a list value: any of it) is left out.
+    exclude: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -124,6 +142,11 @@ class CampaignSpec:
     peer_timeout: float | None = None
     layer_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+    #: Expected results (validated; stored with the campaign through ``raw``).
+    expect: list[dict[str, Any]] = field(default_factory=list)
+    #: Order of the cell runs (:func:`dlinfra.orchestration.cells.run_order`) and its seed (None: drawn at run).
+    order: str = "repeat-major"
+    order_seed: int | None = None
     #: The campaign-wide workload parameters: hashed ones always (the spec's value, else the default), every
     #: cell's config starts from them; unhashed ones when given, passed to every process outside the config.
     params: dict[str, Any] = field(
@@ -224,28 +247,113 @@ def _workload_ids() -> dict[str, str]:
     return {name: w.kind for name, w in WORKLOADS.items()}
 
 
-def _matrix(check: _Checker, value: Any, where: tuple[Any, ...]) -> dict[str, list[Any]]:
+@dataclass
+class _Matrix:
+    """A matrix as written: parameter lists, zip groups (keys whose lists vary together) and exclusions."""
+
+    lists: dict[str, list[Any]] = field(default_factory=dict)
+    zips: list[list[str]] = field(default_factory=list)
+    exclude: list[dict[str, Any]] = field(default_factory=list)
+    #: Where each exclusion was written (for the error when it excludes nothing).
+    exclude_at: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+def _matrix(check: _Checker, value: Any, where: tuple[Any, ...]) -> _Matrix:
     if value is None:
-        return {}
+        return _Matrix()
     if not isinstance(value, dict):
         raise check.fail(where, "must be a mapping of parameter -> list of values")
-    out: dict[str, list[Any]] = {}
+    out = _Matrix()
     for key, raw in value.items():
-        if key in PARAM and not PARAM[key].hashed:
-            raise check.fail(
-                (*where, key, "__key__"),
-                f"{key} is a campaign setting, not a matrix key (it does not change what is measured)",
-                f"set it once at the top level: '{key}: {PARAM[key].example}'",
-            )
-        if key not in MATRIX_KEYS:
-            raise check.unknown(where, key, set(MATRIX_KEYS))
-        values = check.listed(raw, (*where, key), MAX_VALUES)
-        if not values:
-            raise check.fail((*where, key), "must list at least one value")
-        for i, v in enumerate(values):
-            _matrix_value(check, key, v, (*where, key, i))
-        out[key] = list(values)
+        if key in MATRIX_SPECIAL:
+            continue
+        out.lists[key] = _matrix_list(check, key, raw, (*where, key))
+    if "zip" in value:
+        raw_zip = value["zip"]
+        groups = raw_zip if isinstance(raw_zip, list) else [raw_zip]
+        for g, group in enumerate(groups):
+            at = (*where, "zip", g) if isinstance(raw_zip, list) else (*where, "zip")
+            if not isinstance(group, dict) or len(group) < 2:
+                raise check.fail(at, "must map two or more parameters to lists of equal length (they vary together)")
+            length = None
+            for key, raw in group.items():
+                if key in out.lists:
+                    raise check.fail((*at, key, "__key__"), f"{key} is both zipped and crossed", "list it once")
+                values = _matrix_list(check, key, raw, (*at, key))
+                if length is not None and len(values) != length:
+                    first = next(iter(group))
+                    raise check.fail(
+                        (*at, key),
+                        f"lists {len(values)} value(s) but {first} lists {length}: zipped lists vary "
+                        "together, so they must be of equal length",
+                    )
+                length = len(values)
+                out.lists[key] = values
+            out.zips.append(list(group))
+    if "exclude" in value:
+        entries = value["exclude"]
+        if not isinstance(entries, list):
+            raise check.fail((*where, "exclude"), "must be a list of partial combinations, e.g. [{batch_size: 8}]")
+        for e, entry in enumerate(check.listed(entries, (*where, "exclude"), MAX_VALUES)):
+            at = (*where, "exclude", e)
+            if not isinstance(entry, dict) or not entry:
+                raise check.fail(at, "must map one or more parameters to a value (or a list of values)")
+            for key, raw in entry.items():
+                _matrix_list(check, key, raw, (*at, key))
+            out.exclude.append(dict(entry))
+            out.exclude_at.append(at)
     return out
+
+
+def _matrix_list(check: _Checker, key: Any, raw: Any, where: tuple[Any, ...]) -> list[Any]:
+    """One matrix key's values, each checked (a single value reads as a list of one)."""
+    parent = where[:-1]
+    if key in PARAM and not PARAM[key].hashed:
+        raise check.fail(
+            (*where, "__key__"),
+            f"{key} is a campaign setting, not a matrix key (it does not change what is measured)",
+            f"set it once at the top level: '{key}: {PARAM[key].example}'",
+        )
+    if key not in MATRIX_KEYS:
+        raise check.unknown(parent, key, set(MATRIX_KEYS) | set(MATRIX_SPECIAL))
+    values = check.listed(raw, where, MAX_VALUES)
+    if not values:
+        raise check.fail(where, "must list at least one value")
+    for i, v in enumerate(values):
+        _matrix_value(check, key, v, (*where, i))
+    return list(values)
+
+
+def _excluded(point: dict[str, Any], exclude: dict[str, Any]) -> bool:
+    """Whether one exclusion matches a point: every key it names has one of its values there."""
+    return all(
+        key in point and point[key] in (want if isinstance(want, list) else [want]) for key, want in exclude.items()
+    )
+
+
+def matrix_points(
+    lists: dict[str, list[Any]], zips: list[list[str]], exclude: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The matrix's points: every crossed key crossed with every zip group (whose lists advance together),
+    keys in sorted order, minus the points an exclusion matches."""
+    zipped = {k for group in zips for k in group}
+    axes: list[list[dict[str, Any]]] = [[{k: v} for v in lists[k]] for k in sorted(lists) if k not in zipped]
+    for group in zips:
+        axes.append([dict(zip(group, values, strict=True)) for values in zip(*(lists[k] for k in group), strict=True)])
+    points = []
+    for combo in itertools.product(*axes):
+        merged: dict[str, Any] = {}
+        for part in combo:
+            merged.update(part)
+        point = {k: merged[k] for k in sorted(merged)}
+        if not any(_excluded(point, e) for e in exclude):
+            points.append(point)
+    return points
+
+
+def _axes_product(lists: dict[str, list[Any]], zips: list[list[str]]) -> int:
+    zipped = {k for group in zips for k in group}
+    return math.prod(len(v) for k, v in lists.items() if k not in zipped) * math.prod(len(lists[g[0]]) for g in zips)
 
 
 def _matrix_value(check: _Checker, key: str, v: Any, where: tuple[Any, ...]) -> None:
@@ -278,10 +386,6 @@ def _applies(
         param = PARAM.get(key)
         if param is not None and not all(param.applies_to(workload, kind, m) for m in modes):
             raise check.fail((*where, key), f"{key} does not apply to {workload}", f"it applies to {param.scope()}")
-
-
-def _cells(matrix: dict[str, list[Any]], layers: int) -> int:
-    return math.prod(len(v) for v in matrix.values()) * layers
 
 
 def _layer_options(check: _Checker, value: Any) -> dict[str, dict[str, Any]]:
@@ -362,6 +466,7 @@ def load_spec(path: str | Path) -> CampaignSpec:
     check.listed(raw_workloads, ("workloads",), MAX_WORKLOADS)
     workloads: list[WorkloadSpec] = []
     cells = 0
+    base_used: set[int] = set()  # campaign-wide exclusions that excluded something somewhere
     for i, item in enumerate(raw_workloads):
         where: tuple[Any, ...] = ("workloads", i)
         if isinstance(item, str):
@@ -385,8 +490,12 @@ def load_spec(path: str | Path) -> CampaignSpec:
                     "names have letters, digits and . _ - : @ only",
                 )
         own = _matrix(check, item.get("matrix"), (*where, "matrix"))
-        matrix = {**DEFAULT_MATRIX, **base, **own}
-        _applies(check, own, wname, known[wname], matrix["mode"], (*where, "matrix"))
+        matrix = {**DEFAULT_MATRIX, **base.lists, **own.lists}
+        # The workload's own keys override the campaign's, zipped or not; its exclusions add to the campaign's.
+        zips = [[k for k in g if k not in own.lists] for g in base.zips]
+        zips = [g for g in zips if len(g) > 1] + own.zips
+        exclude = base.exclude + own.exclude
+        _applies(check, own.lists, wname, known[wname], matrix["mode"], (*where, "matrix"))
         if known[wname] != "model":
             bad = [m for m in matrix["mode"] if m != "single"]
             if bad:
@@ -403,14 +512,36 @@ def load_spec(path: str | Path) -> CampaignSpec:
                     f"must list layers of the campaign, got {excerpt(only)}",
                     f"campaign layers: {layers}",
                 )
-        cells += _cells(matrix, len(only or layers))
+        product = _axes_product(matrix, zips)
+        crossed = matrix_points(matrix, zips, []) if product <= MAX_CELLS else []
+        points = [p for p in crossed if not any(_excluded(p, e) for e in exclude)]
+        cells += (len(points) if product <= MAX_CELLS else product) * len(only or layers)
         if cells > MAX_CELLS:
             raise check.fail(
                 (*where, "matrix") if "matrix" in item else ("matrix",),
                 f"the matrix crosses into more than {MAX_CELLS:,} cells (values of every key multiplied, x layers)",
                 "split the campaign, or list fewer values",
             )
-        workloads.append(WorkloadSpec(name=wname, on=on, matrix=matrix, line=check.lines.at(*where), layers=only))
+        if product <= MAX_CELLS and not points:
+            raise check.fail((*where, "matrix") if "matrix" in item else ("matrix",), "exclude leaves no cell to run")
+        for e, at in enumerate(own.exclude_at):
+            if not any(_excluded(p, own.exclude[e]) for p in crossed):
+                raise check.fail(at, "excludes no point of this workload's matrix", "check its keys and values")
+        base_used.update(i for i, ex in enumerate(base.exclude) for p in crossed if _excluded(p, ex))
+        workloads.append(
+            WorkloadSpec(
+                name=wname,
+                on=on,
+                matrix=matrix,
+                line=check.lines.at(*where),
+                layers=only,
+                zips=zips,
+                exclude=exclude,
+            )
+        )
+    for i, at in enumerate(base.exclude_at):
+        if i not in base_used:
+            raise check.fail(at, "excludes no point of any workload's matrix", "check its keys and values")
     spec = CampaignSpec(
         path=path,
         name=name,
@@ -433,8 +564,81 @@ def load_spec(path: str | Path) -> CampaignSpec:
             ("repeats",), f"{cells:,} cells x {spec.repeats} repeats is over the {MAX_RUNS:,} runs a campaign may hold"
         )
     spec.layer_options = _layer_options(check, data.get("layer_options"))
+    spec.expect = _expectations(check, data.get("expect"), known, layers)
+    if "order" in data:
+        if data["order"] not in ORDERS:
+            raise check.fail(("order",), f"must be one of {', '.join(ORDERS)}, got {excerpt(data['order'])}")
+        spec.order = data["order"]
+    if "order_seed" in data:
+        spec.order_seed = check.integer(data["order_seed"], ("order_seed",), (0, 2**63 - 1))
     _check_providers(check, spec)
     return spec
+
+
+def _expectations(check: _Checker, value: Any, workloads: dict[str, str], layers: list[str]) -> list[dict[str, Any]]:
+    """``expect``: a list of cell filters, each with one bound, an overhead range or a value with a tolerance."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise check.fail(("expect",), "must be a list of expectations", "see docs/compare.md")
+    out = []
+    for i, item in enumerate(check.listed(value, ("expect",), MAX_EXPECT)):
+        at = ("expect", i)
+        if not isinstance(item, dict):
+            raise check.fail(at, "must be a mapping of cell filters and one bound", "see docs/compare.md")
+        for key, v in item.items():
+            if key == "workload":
+                if v not in workloads:
+                    raise check.fail((*at, key), f"unknown workload {excerpt(v)}", f"known: {', '.join(workloads)}")
+            elif key == "layer":
+                if v not in layers:
+                    raise check.fail((*at, key), f"layer {excerpt(v)} is not a layer of this campaign")
+            elif key == "provider":
+                check.text(v, (*at, key), MAX_NAME)
+            elif key in MATRIX_KEYS:
+                _matrix_value(check, key, v, (*at, key))
+            elif key not in EXPECT_FIELDS:
+                raise check.unknown(at, key, EXPECT_FILTERS | EXPECT_FIELDS | set(MATRIX_KEYS))
+        has_overhead, has_value = "overhead_pct" in item, "value" in item
+        if has_overhead == has_value:
+            raise check.fail(at, "needs exactly one of overhead_pct: {max: N} or value: N with a tolerance")
+        if item.get("metric", "throughput") not in EXPECT_METRICS:
+            raise check.fail((*at, "metric"), f"must be one of {', '.join(EXPECT_METRICS)}")
+        if has_overhead:
+            for key in ("value", "tolerance"):
+                if key in item:
+                    raise check.fail((*at, key), f"{key} belongs to a value expectation, not an overhead one")
+            bounds = _bounds(check, item["overhead_pct"], (*at, "overhead_pct"), ("min", "max"))
+            if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
+                raise check.fail((*at, "overhead_pct"), "min is above max")
+            baseline = item.get("baseline", "bm")
+            if baseline not in LAYERS:
+                raise check.fail((*at, "baseline"), f"unknown layer {excerpt(baseline)}")
+        else:
+            if "baseline" in item:
+                raise check.fail((*at, "baseline"), "baseline belongs to an overhead_pct expectation")
+            check.number(item["value"], (*at, "value"), (0, math.inf))
+            tolerance = _bounds(check, item.get("tolerance"), (*at, "tolerance"), ("lower", "upper"))
+            if tolerance.get("lower", 0) > 0 or tolerance.get("upper", 0) < 0 or tolerance.get("lower", 0) <= -1:
+                raise check.fail(
+                    (*at, "tolerance"),
+                    "is relative to value: lower in (-1, 0], upper >= 0",
+                    "e.g. {lower: -0.1, upper: 0.2} for 10% below to 20% above",
+                )
+        out.append(dict(item))
+    return out
+
+
+def _bounds(check: _Checker, value: Any, where: tuple[Any, ...], keys: tuple[str, str]) -> dict[str, float]:
+    """A mapping with one or both of ``keys``, each a finite number."""
+    if not isinstance(value, dict) or not value or any(k not in keys for k in value):
+        raise check.fail(where, f"must be a mapping with {keys[0]}, {keys[1]} or both, e.g. {{{keys[1]}: 10}}")
+    out = {}
+    for key, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise check.fail((*where, key), f"must be a finite number, got {excerpt(v)}")
+        out[key] = float(v)
+    return out
 
 
 def _check_providers(check: _Checker, spec: CampaignSpec) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dlinfra.errors import DlinfraError
 from dlinfra.report import views
-from dlinfra.report.frame import METRICS, failed_cells, load_runs, require_metric, run_values
-from dlinfra.report.model import Report
+from dlinfra.report.drift import drift_view
+from dlinfra.report.expectations import FAIL, PASS, evaluate, outcomes_frame
+from dlinfra.report.frame import METRICS, failed_cells, load_runs, require_metric, run_values, trim_runs
+from dlinfra.report.model import STATISTICS, Report
 from dlinfra.report.warnings import ReportWarning, dedupe
 from dlinfra.results.store import ResultsStore
 
@@ -17,10 +19,13 @@ def build_report(
     metric: str = "throughput",
     seed: int = 0,
     compare_seed: str | None = None,
+    statistic: str = "mean",
 ) -> Report:
     """The full report of one campaign; raises DlinfraError with a hint for anything the user can fix."""
     if metric not in METRICS:
         raise DlinfraError(f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
+    if statistic not in STATISTICS:
+        raise DlinfraError(f"unknown statistic {statistic!r}", f"use one of {', '.join(STATISTICS)}")
     m = METRICS[metric]
     campaign_id = store.resolve_campaign(campaign)
     row = next((c for c in store.campaigns() if c["campaign_id"] == campaign_id), {})
@@ -39,6 +44,9 @@ def build_report(
         )
     values = run_values(runs, m)
     require_metric(values, m, campaign_id)
+    trimmed = 0
+    if statistic == "trimmed":
+        values, trimmed = trim_runs(values)
     elapsed = values if metric == "elapsed" else run_values(runs, METRICS["elapsed"])
     tta = values if metric == "time-to-accuracy" else run_values(runs, METRICS["time-to-accuracy"])
 
@@ -53,6 +61,16 @@ def build_report(
         "system": views.system_view(runs),
         "step_times": step_table,
     }
+    report_views["drift"], drift_warnings = drift_view(values, seed)
+    warnings.extend(drift_warnings)
+    expect = store.campaign_spec(campaign_id).get("expect")
+    if isinstance(expect, list) and expect:
+        outcomes = evaluate(store, campaign_id, expect, seed=seed, statistic=statistic)
+        report_views["expectations"] = outcomes_frame(outcomes)
+        for o in outcomes:
+            if o.status != PASS:
+                code = "expectation-failed" if o.status == FAIL else "expectation-no-data"
+                warnings.append(ReportWarning(code, o.line(), o.workload, o.config, o.layer))
     notes = [
         f"{len(values)} run(s) over {len(set(values['cell_hash']))} cell(s), layers {', '.join(layers)}; "
         f"{len(failed)} failed cell run(s)"
@@ -62,6 +80,8 @@ def build_report(
             else ""
         )
     ]
+    if trimmed:
+        notes.append(f"statistic trimmed: {trimmed} run(s) dropped, the fastest and slowest of each layer")
     if compare_seed:
         from dlinfra.report.seeds import compare
 
@@ -89,4 +109,5 @@ def build_report(
         warnings=dedupe(warnings),
         notes=notes,
         step_samples=samples,
+        statistic=statistic,
     )

@@ -20,6 +20,8 @@ EMPTY = {
     "sync_async": "no config ran in both sync and ps-async mode",
     "system": "no run recorded system samples",
     "step_times": "no run recorded per-step times",
+    "metadata": "no metadata differs",
+    "drift": "no layer has enough repeats to test for drift",
 }
 
 

@@ -245,3 +245,21 @@ def require_metric(values: pd.DataFrame, metric: Metric, campaign_id: str) -> No
             "throughput": "choose --metric elapsed (sysbench and kernel workloads record no examples/s)",
         }.get(metric.name, "choose another --metric")
         raise DlinfraError(f"no successful run in campaign {campaign_id} recorded {metric.column}", hint)
+
+
+def trim_runs(values: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """MLPerf-style outlier policy: drop the fastest and the slowest successful run of each workload x config x
+    layer that has at least 3 of them; returns the kept runs and how many were dropped.
+
+    Why both ends: dropping only the slow one would bias the mean up. Failed runs are kept (they are counted
+    as failed, not measured).
+    """
+    if values.empty:
+        return values, 0
+    good = values["ok"] & values["value"].notna()
+    drop: list[Any] = []
+    for _, group in values[good].groupby(["workload", "config_label", "layer"], sort=False):
+        if len(group) >= 3:
+            ordered = group["value"].sort_values(kind="stable")
+            drop += [ordered.index[0], ordered.index[-1]]
+    return values.drop(index=drop), len(drop)

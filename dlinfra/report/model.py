@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -11,6 +12,7 @@ from dlinfra.report.warnings import ReportWarning
 #: view name -> title, in the order every format shows them.
 VIEW_TITLES = {
     "overhead": "Overhead against the baseline",
+    "expectations": "Expectations of the campaign spec",
     "scaling": "Scaling against 1 worker",
     "ps": "Effect of the parameter-server count",
     "sync_async": "Sync vs async: time to accuracy",
@@ -18,6 +20,9 @@ VIEW_TITLES = {
     "system": "System view per role",
     "step_times": "Step-time distribution",
     "seed": "Against the seed's published figures",
+    "drift": "Drift across repeats",
+    "compare": "Cell by cell: the second campaign against the first",
+    "metadata": "Metadata that differs between the two campaigns",
 }
 
 
@@ -37,6 +42,10 @@ class Report:
     notes: list[str] = field(default_factory=list)
     #: Raw per-step times for the HTML plots ("workload|config|layer" -> seconds); not serialised.
     step_samples: dict[str, list[float]] = field(default_factory=dict)
+    #: How runs are summarised: "mean" (every run) or "trimmed" (fastest and slowest dropped, >= 3 runs).
+    statistic: str = "mean"
+    #: More top-level JSON fields (what ``dlinfra compare`` compared); the text formats ignore them.
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def title(self) -> str:
@@ -47,5 +56,13 @@ class Report:
         better = "higher" if self.higher_is_better else "lower"
         return (
             f"metric {self.metric} ({self.unit}, {better} is better); baseline {self.baseline}; overhead > 0 means "
-            f"worse than {self.baseline}; 95% bootstrap CI of the ratio of means over repeats (seed {self.seed})"
+            f"worse than {self.baseline}; 95% bootstrap CI of the ratio of means over repeats (seed {self.seed}); "
+            f"{STATISTICS[self.statistic]}"
         )
+
+
+#: --statistic -> what the header says about it.
+STATISTICS = {
+    "mean": "statistic mean: every run counts",
+    "trimmed": "statistic trimmed: the fastest and slowest run of each layer dropped where it has >= 3 runs",
+}

@@ -124,6 +124,8 @@ def render_json(report: Report) -> str:
         "unit": report.unit,
         "higher_is_better": report.higher_is_better,
         "seed": report.seed,
+        "statistic": report.statistic,
+        **report.extra,
         "notes": report.notes,
         "warnings": [w.to_dict() for w in report.warnings],
         "views": {
@@ -159,6 +161,7 @@ def report_from_json(text: str) -> Report:
         unit=data["unit"],
         higher_is_better=data["higher_is_better"],
         seed=data["seed"],
+        statistic=data.get("statistic", "mean"),
         views=views,
         warnings=[ReportWarning(**w) for w in data["warnings"]],
         notes=list(data["notes"]),

@@ -29,6 +29,9 @@ CODES = {
     "cpu-model-differs": "the layers report different CPU models",
     "runtime-differs": "the layers ran different Python or TensorFlow builds: part of the difference is theirs",
     "seed-unmatched": "no run matches any published figure of the seed",
+    "drift": "the metric trends over the repeats (Mann-Kendall, p < 0.05)",
+    "expectation-failed": "an expectation of the spec does not hold: its interval is not inside the bound",
+    "expectation-no-data": "an expectation of the spec could not be checked: insufficient data",
 }
 REFUSING = frozenset({"payload-mismatch", "emulated-mismatch"})
 

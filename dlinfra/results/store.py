@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -408,12 +409,20 @@ class ResultsStore:
         )
 
     def resolve_campaign(self, campaign: str | None) -> str:
-        """A campaign id from an id, a unique id prefix, a name, or 'latest'/None."""
+        """A campaign id from an id, a unique id prefix, a name, 'latest'/None or 'latest~N' (N before the latest)."""
         rows = self.campaigns()
         if not rows:
             raise StoreError(f"results store {redact_url(self.url)} holds no campaigns", "run one with 'dlinfra run'")
         if campaign in (None, "latest"):
             return rows[0]["campaign_id"]
+        back = re.fullmatch(r"latest~(\d{1,6})", campaign)
+        if back:
+            n = int(back.group(1))
+            if n >= len(rows):
+                raise StoreError(
+                    f"{campaign}: the store holds only {len(rows)} campaign(s)", "see 'dlinfra results list'"
+                )
+            return rows[n]["campaign_id"]
         exact = [r["campaign_id"] for r in rows if r["campaign_id"] == campaign]
         if exact:
             return exact[0]

@@ -1,0 +1,73 @@
+"""``dlinfra compare A B``: what changed between two campaigns, cell by cell, and in their metadata."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from dlinfra.cli.common import console, err_console, store_from
+from dlinfra.errors import DlinfraError
+
+EPILOG = """\b
+Examples:
+  dlinfra compare latest~1 latest                 # the last campaign against the one before
+  dlinfra compare before after --format markdown  # campaigns by name
+  dlinfra compare c1 c2 --metric elapsed --statistic trimmed
+  dlinfra compare c1 c2 --format json | jq '.views.compare'
+\b
+change_pct is (mean B - mean A) / mean A of the metric; the interval is a 95%
+bootstrap CI over repeats; the verdict says whether B is faster, slower or no
+different (the CI holds 0). Cells in one campaign only are listed. See docs/compare.md.
+"""
+
+
+@click.command(epilog=EPILOG)
+@click.argument("a")
+@click.argument("b")
+@click.option(
+    "--metric",
+    type=click.Choice(["throughput", "elapsed", "time-to-accuracy"]),
+    default="throughput",
+    show_default=True,
+    help="The metric compared (as in 'dlinfra report').",
+)
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json"]), default="table")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file instead of stdout.")
+@click.option(
+    "--view",
+    type=click.Choice(["compare", "metadata"]),
+    default="compare",
+    show_default=True,
+    help="Which view --format csv writes (the other formats show both).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap RNG seed (same seed, same output).")
+@click.option(
+    "--statistic",
+    type=click.Choice(["mean", "trimmed"]),
+    default="mean",
+    show_default=True,
+    help="mean = every run; trimmed = drop each layer's fastest and slowest run (MLPerf style, >= 3 runs).",
+)
+@click.pass_context
+def compare(
+    ctx: click.Context, a: str, b: str, metric: str, fmt: str, out: Path | None, view: str, seed: int, statistic: str
+) -> None:
+    """Compare campaign B against campaign A (ids, unique prefixes, names, 'latest' or
+    'latest~N'): the change of the metric per matched cell with a bootstrap 95% CI
+    and a verdict, cells that ran in one campaign only, and the metadata that differs."""
+    from dlinfra.report.compare import build_compare
+    from dlinfra.report.render import render
+
+    with store_from(ctx) as store:
+        result = build_compare(store, a, b, metric, seed=seed, statistic=statistic)
+    width = console.width if console.is_terminal and out is None else None
+    text = render(result, fmt, width=width, view=view)
+    if out is None:
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise DlinfraError(f"cannot write {out}: {exc.strerror or exc}", "choose another --out") from None
+    err_console.print(f"wrote {fmt} comparison of {result.against_id} and {result.campaign_id} to {out}")

@@ -1,0 +1,224 @@
+"""Two campaigns side by side: did anything get faster or slower, and what else changed?
+
+Cells are matched by what they ran, not by their hash: the workload, the layer and the report's config
+(the cell config without placement details, provider included), so the same experiment matches across
+campaigns on other hosts or addresses. For each matched cell the change of the metric's mean, B against A,
+in percent, with a percentile-bootstrap 95% CI of that ratio (:func:`dlinfra.report.stats.bootstrap_overhead`,
+the report's estimator, repeats resampled within each campaign) and the report's verdict: "no difference"
+when the CI holds 0. Cells that ran in one campaign only are listed, never dropped.
+
+The metadata diff lists, per layer, the run metadata the records carry (CPU model, memory, Python,
+TensorFlow, payload hash, hosts, provider, devices, container and guest details) whose values differ.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from dlinfra.errors import DlinfraError
+from dlinfra.report import stats
+from dlinfra.report.frame import METRICS, Metric, load_runs, require_metric, run_values, trim_runs
+from dlinfra.report.model import STATISTICS, Report
+from dlinfra.results.store import ResultsStore
+
+COMPARE_COLUMNS = [
+    "workload",
+    "config",
+    "layer",
+    "runs_a",
+    "runs_b",
+    "mean_a",
+    "mean_b",
+    "change_pct",
+    "ci_low_pct",
+    "ci_high_pct",
+    "verdict",
+]
+METADATA_COLUMNS = ["layer", "field", "a", "b"]
+#: Run columns that describe the machine and software, not the measurement.
+METADATA_FIELDS = (
+    "cpu_model",
+    "memory_bytes",
+    "python_version",
+    "tf_version",
+    "payload_hash",
+    "physical_host",
+    "hostname",
+    "provider",
+    "emulated",
+)
+ONLY_A, ONLY_B = "only in A", "only in B"
+
+
+@dataclass(frozen=True)
+class Side:
+    """One campaign of the comparison: its id, name and one value per run."""
+
+    campaign_id: str
+    name: str
+    values: pd.DataFrame
+    runs: pd.DataFrame
+    #: Every workload x config x layer with a stored run, successful or not.
+    ran: frozenset[tuple[str, str, str]] = frozenset()
+
+
+def _side(store: ResultsStore, campaign: str, metric: Metric, statistic: str) -> Side:
+    campaign_id = store.resolve_campaign(campaign)
+    row = next((c for c in store.campaigns() if c["campaign_id"] == campaign_id), {})
+    runs = load_runs(store, campaign_id)
+    if runs.empty:
+        raise DlinfraError(f"campaign {campaign_id} has no stored runs", "see 'dlinfra results show'")
+    values = run_values(runs, metric)
+    require_metric(values, metric, campaign_id)
+    if statistic == "trimmed":
+        values, _ = trim_runs(values)
+    good = values[values["ok"] & values["value"].notna()]
+    ran = set(zip(values["workload"], values["config_label"], values["layer"], strict=True))
+    return Side(campaign_id, row.get("name", campaign_id), good, runs, frozenset(ran))
+
+
+def _change(a: pd.Series, b: pd.Series, metric: Metric, seed: int) -> tuple[float, float, float, str]:
+    """B's mean against A's in percent (positive = a larger metric) with its CI, and the verdict on speed."""
+    point, low, high = stats.bootstrap_overhead(a.to_numpy(), b.to_numpy(), metric.higher_is_better, seed)
+    verdict = stats.verdict(low, high)  # overhead > 0 is worse, i.e. slower
+    if metric.higher_is_better:  # overhead = (A - B) / A: the change is its negative
+        point, low, high = -point, -high, -low
+    return point, low, high, verdict
+
+
+def compare_cells(a: Side, b: Side, metric: Metric, seed: int) -> pd.DataFrame:
+    """One row per workload x config x layer of either campaign; unmatched ones say which side has them."""
+    key = ["workload", "config_label", "layer"]
+    groups_a = {k: g["value"] for k, g in a.values.groupby(key, sort=False)}
+    groups_b = {k: g["value"] for k, g in b.values.groupby(key, sort=False)}
+    rows = []
+    for k in sorted(set(groups_a) | set(groups_b)):
+        va, vb = groups_a.get(k), groups_b.get(k)
+        point = low = high = math.nan
+        if va is None:
+            verdict = "no successful run in A" if k in a.ran else ONLY_B
+        elif vb is None:
+            verdict = "no successful run in B" if k in b.ran else ONLY_A
+        else:
+            point, low, high, verdict = _change(va, vb, metric, stats.stable_seed(seed, "compare", *k))
+        rows.append(
+            {
+                "workload": k[0],
+                "config": k[1],
+                "layer": k[2],
+                "runs_a": 0 if va is None else len(va),
+                "runs_b": 0 if vb is None else len(vb),
+                "mean_a": math.nan if va is None else float(va.mean()),
+                "mean_b": math.nan if vb is None else float(vb.mean()),
+                "change_pct": point,
+                "ci_low_pct": low,
+                "ci_high_pct": high,
+                "verdict": verdict,
+            }
+        )
+    return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}", v, out)
+    else:
+        out[prefix] = json.dumps(value, sort_keys=True, default=str) if isinstance(value, list) else str(value)
+
+
+def metadata(runs: pd.DataFrame) -> dict[tuple[str, str], set[str]]:
+    """(layer, field) -> the values of that field over the successful runs of the layer."""
+    out: dict[tuple[str, str], set[str]] = {}
+    good = runs[runs["status"] == "ok"] if "status" in runs else runs
+    for _, row in good.iterrows():
+        fields = {f: str(row[f]) for f in METADATA_FIELDS if f in row.index}
+        record = json.loads(row["record_json"]) if "record_json" in row.index else {}
+        prov = record.get("provenance", {}) if isinstance(record, dict) else {}
+        if prov.get("devices"):
+            fields["devices"] = json.dumps(sorted(prov["devices"]))
+        _flatten("target_details", prov.get("target_details") or {}, fields)
+        fields.pop("target_details", None)  # an empty mapping adds no field
+        for name, value in fields.items():
+            out.setdefault((row["layer"], name), set()).add(value)
+    return out
+
+
+def metadata_diff(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Fields whose values differ, for the layers both campaigns ran (a layer in one only is in the cells)."""
+    ma, mb = metadata(a), metadata(b)
+    layers = {layer for layer, _ in ma} & {layer for layer, _ in mb}
+    rows = []
+    for layer, name in sorted(k for k in set(ma) | set(mb) if k[0] in layers):
+        va, vb = ma.get((layer, name), set()), mb.get((layer, name), set())
+        if va != vb:
+            rows.append(
+                {"layer": layer, "field": name, "a": ", ".join(sorted(va)) or "-", "b": ", ".join(sorted(vb)) or "-"}
+            )
+    return pd.DataFrame(rows, columns=METADATA_COLUMNS)
+
+
+@dataclass
+class CompareReport(Report):
+    """A :class:`Report` whose views are the comparison, so every report format renders it."""
+
+    against_id: str = ""
+    against_name: str = ""
+
+    @property
+    def title(self) -> str:
+        return (
+            f"dlinfra compare: A = campaign {self.against_id} ({self.against_name}), "
+            f"B = campaign {self.campaign_id} ({self.campaign_name})"
+        )
+
+    @property
+    def subtitle(self) -> str:
+        better = "higher" if self.higher_is_better else "lower"
+        return (
+            f"metric {self.metric} ({self.unit}, {better} is better); change_pct = (mean B - mean A) / mean A; "
+            f"95% bootstrap CI over repeats (seed {self.seed}); verdict on B's speed, 'no difference' when the CI "
+            f"holds 0; {STATISTICS[self.statistic]}"
+        )
+
+
+def build_compare(
+    store: ResultsStore, a: str, b: str, metric: str = "throughput", seed: int = 0, statistic: str = "mean"
+) -> CompareReport:
+    """Compare campaign B against campaign A (ids, prefixes, names, 'latest' or 'latest~N')."""
+    if metric not in METRICS:
+        raise DlinfraError(f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
+    if statistic not in STATISTICS:
+        raise DlinfraError(f"unknown statistic {statistic!r}", f"use one of {', '.join(STATISTICS)}")
+    m = METRICS[metric]
+    side_a, side_b = _side(store, a, m, statistic), _side(store, b, m, statistic)
+    cells = compare_cells(side_a, side_b, m, seed)
+    meta = metadata_diff(side_a.runs, side_b.runs)
+    counts = cells["verdict"].value_counts()
+    notes = [
+        f"{len(cells)} cell(s): " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())),
+        "no metadata differs" if meta.empty else f"{len(meta)} metadata field(s) differ",
+    ]
+    if side_a.campaign_id == side_b.campaign_id:
+        notes.append("A and B are the same campaign")
+    return CompareReport(
+        campaign_id=side_b.campaign_id,
+        campaign_name=side_b.name,
+        baseline="A",
+        metric=metric,
+        unit=m.unit,
+        higher_is_better=m.higher_is_better,
+        seed=seed,
+        views={"compare": cells, "metadata": meta},
+        warnings=[],
+        notes=notes,
+        statistic=statistic,
+        extra={"compare": {"a": side_a.campaign_id, "b": side_b.campaign_id}},
+        against_id=side_a.campaign_id,
+        against_name=side_a.name,
+    )
