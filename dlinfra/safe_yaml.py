@@ -170,6 +170,13 @@ def load(path: Path, what: str, limits: Limits, hint: str | None = None) -> Docu
     return _Builder(plain(path, 200, tail=True), what, limits).build(text)
 
 
+def loads(text: str, what: str, limits: Limits) -> Document:
+    """Parse YAML given as text (a command-line value) within ``limits``; errors name ``what``."""
+    if len(text.encode()) > limits.max_bytes:
+        raise SpecError(f"{what}: the value is over {_size(limits.max_bytes)}")
+    return _Builder(what, what, limits).build(text)
+
+
 class _Builder:
     """Builds plain Python data from parser events: no recursion, aliases counted, duplicate keys refused."""
 

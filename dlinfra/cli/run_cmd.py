@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dlinfra.cli.common import console, err_console, store_from
+from dlinfra.orchestration.spec import RunInput
 
 
 @click.command(
@@ -19,6 +20,7 @@ Examples:
   dlinfra run campaigns/demo.yml --layer bm --layer ctr   # leave the guests out this time
   dlinfra run campaigns/demo.yml --resume                 # the latest campaign of that name
   dlinfra run campaigns/demo.yml --resume --campaign-id demo-20261122T040000Z
+  dlinfra run campaigns/demo.yml --set steps=10000 --set repeats=10 --dry-run   # the cells, nothing run
   dlinfra --db postgresql://bench@db.example/dlinfra run campaigns/seed000.yml --artifacts /var/tmp/art
 """
 )
@@ -38,6 +40,15 @@ Examples:
     multiple=True,
     help="Run only this layer of the spec (repeatable); cells are the same, so --resume can add the rest later.",
 )
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a spec field (dotted path, YAML value), checked like the file: steps=10000, "
+    "layer_options.vm.vcpus=4, workloads.0.matrix.batch_size=[32,64]. Repeatable; stored with the campaign.",
+)
+@click.option("--dry-run", is_flag=True, help="Check everything and list the cells it would run; touch nothing.")
 @click.option("--skip-deploy", is_flag=True, help="Do not run the deploy playbook; still check every payload hash.")
 @click.option("--quiet", is_flag=True, help="No progress output; the summary only.")
 @click.pass_context
@@ -49,6 +60,8 @@ def run(
     artifacts: Path | None,
     inventory: str | None,
     layers: tuple[str, ...],
+    overrides: tuple[str, ...],
+    dry_run: bool,
     skip_deploy: bool,
     quiet: bool,
 ) -> int:
@@ -56,7 +69,11 @@ def run(
     from dlinfra.orchestration.spec import preflight
 
     # Bad input fails here, before the store is opened (created) or anything is built or provisioned.
-    checked = preflight(spec, layers=list(layers), inventory=inventory, campaign_id=campaign_id)
+    checked = preflight(
+        spec, layers=list(layers), inventory=inventory, campaign_id=campaign_id, overrides=list(overrides)
+    )
+    if dry_run:
+        return _dry_run(checked)
     from dlinfra.orchestration.campaign import run_campaign
 
     with store_from(ctx) as store:
@@ -97,3 +114,27 @@ def run(
     if result.interrupted:
         return 130
     return 1 if result.failed else 0
+
+
+#: Cell config keys the dry-run table shows in their own columns (the rest go in "config").
+_OWN_COLUMNS = ("layer", "provider", "workload", "host", "hosts")
+
+
+def _dry_run(checked: RunInput) -> int:
+    """Print the cells a run would run (layer, provider, hosts, config) and how many runs that is."""
+    from dlinfra.orchestration.campaign import planned_cells
+
+    cells = planned_cells(checked)
+    spec = checked.spec
+    table = Table("#", "layer", "provider", "workload", "hosts", "config", title=f"{spec.name}: cells (dry run)")
+    for i, cell in enumerate(cells, 1):
+        c = cell.config
+        hosts = c.get("host") or ", ".join(c.get("hosts", []))
+        config = " ".join(f"{k}={v}" for k, v in sorted(c.items()) if k not in _OWN_COLUMNS)
+        table.add_row(str(i), cell.layer, cell.provider, cell.workload, escape(str(hosts)), escape(config))
+    console.print(table)
+    console.print(
+        f"{len(cells)} cell(s) x {spec.repeats} repeat(s) = {len(cells) * spec.repeats} run(s) on inventory "
+        f"{escape(str(checked.inventory_path))}; dry run: nothing was built, provisioned or stored"
+    )
+    return 0

@@ -277,6 +277,21 @@ def bring_up(
     return up
 
 
+def planned_cells(checked: RunInput) -> list[Cell]:
+    """The cells a run would run, from the spec and inventory alone (``dlinfra run --dry-run``).
+
+    Each layer gets the stand-in targets a failed layer gets (one per host it would use, a stacked layer's on
+    its base layer's), so the cells and their configs are exactly the run's: nothing is built or provisioned.
+    """
+    spec, stacked = checked.spec, _stacked_on(checked.spec)
+    stand_ins: dict[str, list[Target]] = {}
+    for layer in _bring_up_order(spec):
+        carrying = _carrying(spec, checked.hosts, checked.inventory_path, layer)
+        below = stand_ins.get(stacked[layer]) if layer in stacked else None
+        stand_ins[layer] = _placeholders(layer, carrying, spec.layer_options.get(layer, {}), below)
+    return expand(spec, stand_ins, unplaced=set(stand_ins))
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

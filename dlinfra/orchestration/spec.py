@@ -27,6 +27,7 @@ import difflib
 import itertools
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -185,10 +186,20 @@ class CampaignSpec:
 
 
 class _Lines:
-    """Line of each field by path (from :class:`dlinfra.safe_yaml.Document`), so errors can name it."""
+    """Line of each field by path (from :class:`dlinfra.safe_yaml.Document`), so errors can name it;
+    a field set on the command line (``--set``) is named by that option instead."""
 
-    def __init__(self, lines: dict[tuple[Any, ...], int]) -> None:
+    def __init__(self, lines: dict[tuple[Any, ...], int], overridden: dict[tuple[Any, ...], str] | None = None) -> None:
         self.lines = lines
+        self.overridden = overridden or {}
+
+    def override(self, *path: Any) -> str | None:
+        """The ``--set KEY=VALUE`` that set ``path`` or a field above it, if any."""
+        while path:
+            if path in self.overridden:
+                return self.overridden[path]
+            path = path[:-1]
+        return None
 
     def at(self, *path: Any) -> int:
         while path:
@@ -204,9 +215,14 @@ class _Checker:
         self.lines = lines
 
     def fail(self, where: tuple[Any, ...], message: str, hint: str | None = None) -> SpecError:
-        return SpecError(
-            f"{plain(self.path, 200, tail=True)}:{self.lines.at(*where)}: {dotted(where)}: {message}", hint
-        )
+        return SpecError(f"{self.origin(where)}: {dotted(where)}: {message}", hint)
+
+    def origin(self, where: tuple[Any, ...]) -> str:
+        """``FILE:LINE``, or ``FILE --set KEY=...`` for a field the command line set."""
+        given = self.lines.override(*where)
+        if given is not None:
+            return f"{plain(self.path, 200, tail=True)} --set {given}"
+        return f"{plain(self.path, 200, tail=True)}:{self.lines.at(*where)}"
 
     def unknown(self, where: tuple[Any, ...], key: Any, known: list[str] | set[str]) -> SpecError:
         close = difflib.get_close_matches(str(key)[:100], sorted(known), n=1)
@@ -421,8 +437,54 @@ def _cpuset(check: _Checker, value: Any, where: tuple[Any, ...]) -> None:
         raise check.fail(where, f"must be a CPU list like '0-3,8', got {excerpt(value)} ({exc})") from None
 
 
-def load_spec(path: str | Path) -> CampaignSpec:
-    """Read and validate a campaign spec; any problem is a SpecError naming file, line and field."""
+#: What one ``--set`` value may hold (a list of batch sizes, a mapping of options; never a document).
+OVERRIDE_LIMITS = safe_yaml.Limits(max_bytes=4096, max_depth=4, max_nodes=200, max_string=1024, aliases=False)
+OVERRIDE_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.([A-Za-z_][A-Za-z0-9_-]*|[0-9]{1,4})){0,7}", re.ASCII)
+
+
+def _override(given: str) -> tuple[tuple[Any, ...], Any]:
+    """``KEY=VALUE`` -> (path, value); the value read as YAML within small limits."""
+    key, sep, text = given.partition("=")
+    if not sep or not OVERRIDE_KEY_RE.fullmatch(key):
+        raise SpecError(
+            f"--set {excerpt(given)}: must be KEY=VALUE with KEY a dotted field path",
+            "e.g. --set steps=10000 --set repeats=10 --set layer_options.vm.vcpus=4",
+        )
+    value = safe_yaml.loads(text, f"--set {plain(key, 120)}", OVERRIDE_LIMITS).data if text.strip() else ""
+    return tuple(int(part) if part.isdigit() else part for part in key.split(".")), value
+
+
+def _apply_override(data: dict[str, Any], key: tuple[Any, ...], value: Any, given: str) -> None:
+    """Set ``key`` in the spec's data, making the mappings on the way; a list is indexed by number."""
+    node: Any = data
+    for depth, part in enumerate(key[:-1]):
+        if isinstance(node, dict) and not isinstance(part, int):
+            node = node.setdefault(part, {})
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            if isinstance(node[part], str) and not isinstance(key[depth + 1], int):  # a workload named only
+                node[part] = {"name": node[part]}
+            node = node[part]
+        else:
+            raise SpecError(
+                f"--set {excerpt(given)}: {dotted(key[: depth + 1])} is not a field that can be set",
+                "mapping keys are names, list items are numbers from 0 (workloads.0.matrix.batch_size)",
+            )
+    last = key[-1]
+    if isinstance(node, dict) and not isinstance(last, int):
+        node[last] = value
+    elif isinstance(node, list) and isinstance(last, int) and last < len(node):
+        node[last] = value
+    else:
+        raise SpecError(f"--set {excerpt(given)}: {dotted(key)} is not a field that can be set")
+
+
+def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
+    """Read and validate a campaign spec; any problem is a SpecError naming file, line and field.
+
+    ``overrides`` are ``KEY=VALUE`` strings (``dlinfra run --set``): KEY a dotted path into the spec
+    (``steps``, ``layer_options.vm.vcpus``, ``workloads.0.matrix.batch_size``), VALUE read as YAML. They are
+    applied before validation, so a bad value fails exactly as in the file, naming the ``--set`` that gave it.
+    """
     path = Path(path)
     doc = safe_yaml.load(path, "campaign spec", SPEC_LIMITS)
     data = doc.data
@@ -431,6 +493,10 @@ def load_spec(path: str | Path) -> CampaignSpec:
         raise check.fail((), "the file is empty; a campaign spec is a YAML mapping", "see docs/campaigns.md")
     if not isinstance(data, dict):
         raise check.fail((), "a campaign spec must be a YAML mapping")
+    for given in overrides:
+        key, value = _override(given)
+        _apply_override(data, key, value, given)
+        check.lines.overridden[key] = plain(given, 120)
     for key in data:
         if key not in TOP_FIELDS:
             raise check.unknown((), key, set(TOP_FIELDS))
@@ -656,7 +722,9 @@ def _check_providers(check: _Checker, spec: CampaignSpec) -> None:
             cls = provider_for(layer, options)
         except SpecError as exc:
             raise check.fail((*at, "provider") if "provider" in options else at, exc.message, exc.hint) from None
-        cls.validate(layer, options, f"{plain(check.path, 200, tail=True)}:{check.lines.at(*at)}: {dotted(at)}")
+        given = [v for k, v in check.lines.overridden.items() if k[: len(at)] == at]  # set below `at`
+        origin = f"{plain(check.path, 200, tail=True)} --set {given[-1]}" if given else check.origin(at)
+        cls.validate(layer, options, f"{origin}: {dotted(at)}")
         below = cls.layers[layer]
         if below is not None and below not in layers:
             layers.append(below)
@@ -693,6 +761,7 @@ def preflight(
     layers: list[str] | None = None,
     inventory: str | None = None,
     campaign_id: str | None = None,
+    overrides: Sequence[str] = (),
 ) -> RunInput:
     """Everything ``dlinfra run`` can check before it touches anything: the spec, --layer, --campaign-id and
     the inventory (read through Ansible, as the run will).
@@ -700,7 +769,7 @@ def preflight(
     Why first: a run opens (creates) the results store, builds the wheelhouse and provisions; input that
     is wrong must fail before any of that leaves a trace on disk. The run then uses what this read.
     """
-    spec = load_spec(path)
+    spec = load_spec(path, overrides)
     select_layers(spec, layers)
     if campaign_id is not None and not CAMPAIGN_ID_RE.fullmatch(campaign_id):
         raise SpecError(
