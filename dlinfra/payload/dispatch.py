@@ -49,20 +49,29 @@ def _plan(run: Any, w: Workload, dataset: DataSet | None) -> training.TrainPlan:
     a = run.args
     image_size = a.image_size or w.image_size
     synthetic_images = dataset is None and w.data_kind == "images"
-    if dataset is None:
+    classes = a.num_classes or (10 if w.data_kind in ("mnist", "cifar10") else w.num_classes)
+    if not w.classifier:
+        dataset = None  # the task makes its own synthetic batch (run.py refused --target-accuracy and paths)
+    elif dataset is None:
         if w.data_kind == "mnist":
             shape: tuple[int, ...] = (784,)
         else:
             if image_size < 1:
                 raise PayloadError("--image-size must be >= 1")
             shape = (image_size, image_size, 3)
-        classes = a.num_classes or (10 if w.data_kind in ("mnist", "cifar10") else w.num_classes)
         examples = run.batch_size if synthetic_images else max(4096, run.batch_size * 4)
         dataset = data_mod.synthetic(shape, classes, examples, a.seed)
     elif dataset.files and image_size < 1:
         raise PayloadError("--image-size must be >= 1")
-    if a.target_accuracy is not None and not len(dataset.x_test):
+    if dataset is not None and a.target_accuracy is not None and not len(dataset.x_test):
         raise PayloadError("--target-accuracy needs held-out data")
+    dims = training.Dims(
+        image_size=image_size,
+        num_classes=dataset.num_classes if dataset is not None else classes,
+        hidden=a.hidden or w.hidden,
+        vocab=a.vocab or w.vocab,
+        seq_len=a.seq_len or w.seq_len,
+    )
     return training.TrainPlan(
         workload=w,
         data=dataset,
@@ -76,16 +85,27 @@ def _plan(run: Any, w: Workload, dataset: DataSet | None) -> training.TrainPlan:
         max_steps=a.max_steps,
         eval_every=a.eval_every,
         log_every=max(1, a.log_every),
+        dims=dims,
+        seed=a.seed,
     )
 
 
 def _finish_extra(run: Any, plan: training.TrainPlan) -> None:
-    run.extra.update(
-        learning_rate=plan.learning_rate,
-        data_source=plan.data.source,
-        train_examples=len(plan.data.x_train),
-        test_examples=len(plan.data.x_test),
-    )
+    if plan.data is not None:
+        run.extra.update(
+            learning_rate=plan.learning_rate,
+            data_source=plan.data.source,
+            train_examples=len(plan.data.x_train),
+            test_examples=len(plan.data.x_test),
+        )
+    else:  # one synthetic batch, repeated
+        run.extra.update(
+            learning_rate=plan.learning_rate,
+            data_source="synthetic",
+            train_examples=plan.batch_size,
+            test_examples=0,
+        )
+    run.extra["task"] = plan.workload.task
     if plan.target_accuracy is not None:
         run.extra["target_accuracy"] = plan.target_accuracy
         run.extra["target_reached"] = run.progress.time_to_accuracy_s is not None

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dlinfra.payload.workloads import WORKLOADS
+
 #: Distribution modes of a run.
 MODES = ("single", "ps-async", "sync")
 #: Workload kinds (:class:`dlinfra.payload.workloads.Workload`).
@@ -27,7 +29,13 @@ KINDS = ("model", "kernel", "sysbench")
 #: rnn cells (:mod:`dlinfra.payload.workloads.kernels` knows their gate counts).
 CELLS = ("vanilla", "lstm", "gru")
 _KIND_NAMES = {"model": "models", "kernel": "kernels", "sysbench": "sysbench tests"}
-_IMAGE_MODELS = ("cifar10-cnn", "alexnet", "resnet50", "inception3")
+_IMAGE_MODELS = ("cifar10-cnn", "alexnet", "resnet50", "inception3", "vgg19")
+#: Models that classify, so measure held-out accuracy (the others' losses are not accuracies).
+_CLASSIFIERS = tuple(name for name, w in WORKLOADS.items() if w.classifier)
+#: Models that read --hidden, --vocab, --seq-len.
+_HIDDEN = tuple(name for name, w in WORKLOADS.items() if w.hidden)
+_VOCAB = tuple(name for name, w in WORKLOADS.items() if w.vocab)
+_SEQ_LEN = tuple(name for name, w in WORKLOADS.items() if w.seq_len)
 
 
 @dataclass(frozen=True)
@@ -156,7 +164,7 @@ PARAMS: tuple[Param, ...] = (
         None,
         "train until held-out accuracy reaches this (0-1)",
         0.9,
-        kinds=("model",),
+        workloads=_CLASSIFIERS,
         low=0,
         high=1,
     ),
@@ -166,7 +174,7 @@ PARAMS: tuple[Param, ...] = (
         10_000,
         "with a target accuracy: most measured steps before giving up",
         3000,
-        kinds=("model",),
+        workloads=_CLASSIFIERS,
         low=1,
         high=_STEPS,
     ),
@@ -176,7 +184,7 @@ PARAMS: tuple[Param, ...] = (
         0,
         "held-out accuracy every N measured steps",
         50,
-        kinds=("model",),
+        workloads=_CLASSIFIERS,
         high=_STEPS,
         default_text="0: at the end; 50 with a target accuracy",
     ),
@@ -220,12 +228,46 @@ PARAMS: tuple[Param, ...] = (
         "num_classes",
         int,
         None,
-        "classes of synthetic data",
+        "classes of synthetic data (deepq: actions)",
         10,
-        kinds=("model",),
+        workloads=(*_CLASSIFIERS, "deepq"),
         low=1,
         high=1_000_000,
-        default_text="10; 1000 for ImageNet models",
+        default_text="10; 1000 for ImageNet models; 18 for deepq",
+    ),
+    Param(
+        "hidden",
+        int,
+        None,
+        "model width: seq2seq LSTM units, memnet embedding, speech conv/GRU units, autoenc dense units",
+        32,
+        workloads=_HIDDEN,
+        low=1,
+        high=65_536,
+        default_text="per workload: 256, 20, 1024, 500",
+    ),
+    Param(
+        "vocab",
+        int,
+        None,
+        "vocabulary of synthetic tokens: seq2seq words (source and target), memnet words, "
+        "speech labels (CTC blank included)",
+        50,
+        workloads=_VOCAB,
+        low=3,
+        high=1_000_000,
+        default_text="per workload: 40000, 70, 62",
+    ),
+    Param(
+        "seq_len",
+        int,
+        None,
+        "sequence length: seq2seq source tokens (target: 5/4 of it), speech spectrogram frames (labels: 1/21 of them)",
+        42,
+        workloads=_SEQ_LEN,
+        low=1,
+        high=100_000,
+        default_text="per workload: 40, 1566",
     ),
     Param(
         "size",

@@ -62,6 +62,10 @@ class Run:
                 config.update(target_accuracy=a.target_accuracy, max_steps=a.max_steps)
             if w is not None and w.data_kind == "images":
                 config.update(image_size=a.image_size or w.image_size)
+            if w is not None:
+                for key in ("hidden", "vocab", "seq_len"):
+                    if getattr(w, key):
+                        config[key] = getattr(a, key) or getattr(w, key)
         elif w.kind == "kernel":
             config.update(size=a.size or w.size, warmup_steps=a.warmup_steps, steps=a.steps)
             if w.name == "rnn":
@@ -138,7 +142,7 @@ def _setup_logging(role: str, index: int) -> None:
 
 def _load_data(run: Run, w: Workload) -> data.DataSet | None:
     a = run.args
-    if a.data == "synthetic" or w.kind != "model":
+    if a.data == "synthetic" or w.kind != "model" or not w.data_kind:
         if a.data != "synthetic":
             raise PayloadError(f"--data {a.data}: workload {w.name} takes only synthetic data")
         return None
@@ -165,6 +169,11 @@ def execute(args: argparse.Namespace, out: Any) -> int:
             raise PayloadError("--peer-timeout must be > 0 seconds")
         if run.workload.kind == "model" and not run.batch_size:
             raise PayloadError("--batch-size must be >= 1")
+        if args.target_accuracy is not None and run.workload.kind == "model" and not run.workload.classifier:
+            raise PayloadError(
+                f"--target-accuracy: workload {args.workload} (task {run.workload.task}) is not a classifier "
+                "and has no held-out accuracy; only classifiers take it"
+            )
         cpu_set = affinity.pin(args.cpus)
         dataset = _load_data(run, run.workload)
         run.sampler = SystemSampler(run.started).start()

@@ -19,7 +19,8 @@ from dlinfra.payload import inputs
 from dlinfra.payload.data import DataSet
 from dlinfra.payload.measure import StepClock
 from dlinfra.payload.workloads import Workload
-from dlinfra.payload.workloads.models import build_model, build_optimizer
+from dlinfra.payload.workloads.models import build_optimizer
+from dlinfra.payload.workloads.tasks import Built, Dims, build
 from dlinfra.record import SeriesPoint
 
 log = logging.getLogger("dlinfra.payload")
@@ -33,7 +34,8 @@ class TrainPlan:
     """What to train and for how long."""
 
     workload: Workload
-    data: DataSet
+    #: Classifiers' data; None for the other tasks, which make their own synthetic batch.
+    data: DataSet | None
     batch_size: int
     warmup_steps: int
     steps: int
@@ -44,6 +46,8 @@ class TrainPlan:
     max_steps: int | None = None
     eval_every: int = 0
     log_every: int = 10
+    dims: Dims = field(default_factory=Dims)
+    seed: int = 0
 
     @property
     def measured_cap(self) -> int:
@@ -75,24 +79,21 @@ class Progress:
         return points
 
 
-def _xent(model: Any, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-    logits = model(x, training=True)
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(y, tf.int32), logits=logits)
-
-
-def _input_shape(plan: TrainPlan) -> tuple[int, ...]:
-    if plan.data.files:
-        return (plan.image_size, plan.image_size, 3)
-    return plan.data.input_shape
+def _build(plan: TrainPlan) -> tuple[Built, Any]:
+    """The task's model, loss and input, and the optimizer (inside the strategy's scope when distributed)."""
+    built = build(plan.workload, plan.dims, plan.data, plan.seed, plan.synthetic_images)
+    return built, build_optimizer(plan.workload.optimizer, plan.learning_rate)
 
 
 class Evaluator:
-    """Held-out accuracy, with a compiled predict function."""
+    """Held-out accuracy of classifiers, with a compiled predict function (None for the other tasks)."""
 
     def __init__(self, model: Any, plan: TrainPlan) -> None:
         self.model = model
         # Accuracy on random images means nothing, and tracing a large model's forward pass costs seconds.
-        meaningful = len(plan.data.x_test) and not plan.synthetic_images
+        meaningful = (
+            plan.workload.classifier and plan.data is not None and len(plan.data.x_test) and not plan.synthetic_images
+        )
         self.dataset = inputs.eval_dataset(plan.data, plan.image_size) if meaningful else None
 
         @tf.function
@@ -207,18 +208,19 @@ def _finish_accuracy(progress: Progress, evaluate: Any, agree: Any = None) -> fl
 
 
 def train_single(plan: TrainPlan, progress: Progress) -> float | None:
-    model = build_model(plan.workload.name, _input_shape(plan), plan.data.num_classes)
-    optimizer = build_optimizer(plan.workload.optimizer, plan.learning_rate)
-    dataset = inputs.train_dataset(plan.data, plan.batch_size, plan.image_size, fixed=plan.synthetic_images)
-    iterator = iter(dataset)
+    built, optimizer = _build(plan)
+    model = built.model
+    iterator = iter(built.dataset(plan.batch_size, None))
 
     @tf.function
     def train_step(it: Any) -> tf.Tensor:
-        x, y = next(it)
+        batch = next(it)
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(_xent(model, x, y))
+            loss = tf.reduce_mean(built.loss(batch))
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        if built.after_step is not None:
+            built.after_step()
         return loss
 
     progress.examples_per_step = plan.batch_size
@@ -234,24 +236,18 @@ def train_sync(plan: TrainPlan, progress: Progress, strategy: tf.distribute.Stra
     replicas = strategy.num_replicas_in_sync
     global_batch = plan.batch_size * replicas
     with strategy.scope():
-        model = build_model(plan.workload.name, _input_shape(plan), plan.data.num_classes)
-        optimizer = build_optimizer(plan.workload.optimizer, plan.learning_rate)
+        built, optimizer = _build(plan)
+    model = built.model
 
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
-        shard = (ctx.num_input_pipelines, ctx.input_pipeline_id) if not plan.synthetic_images else None
-        return inputs.train_dataset(
-            plan.data,
-            ctx.get_per_replica_batch_size(global_batch),
-            plan.image_size,
-            shard=shard,
-            fixed=plan.synthetic_images,
-        )
+        shard = (ctx.num_input_pipelines, ctx.input_pipeline_id)
+        return built.dataset(ctx.get_per_replica_batch_size(global_batch), shard)
 
     iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
 
-    def replica_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+    def replica_step(batch: Any) -> tf.Tensor:
         with tf.GradientTape() as tape:
-            per_example = _xent(model, x, y)
+            per_example = built.loss(batch)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
@@ -259,8 +255,9 @@ def train_sync(plan: TrainPlan, progress: Progress, strategy: tf.distribute.Stra
 
     @tf.function
     def train_step(it: Any) -> tf.Tensor:
-        x, y = next(it)
-        per_replica = strategy.run(replica_step, args=(x, y))
+        per_replica = strategy.run(replica_step, args=(next(it),))
+        if built.after_step is not None:
+            built.after_step()
         return strategy.experimental_local_results(per_replica)[0]
 
     @tf.function
@@ -286,18 +283,18 @@ def train_sync(plan: TrainPlan, progress: Progress, strategy: tf.distribute.Stra
 def train_ps(plan: TrainPlan, progress: Progress, strategy: tf.distribute.Strategy) -> float | None:
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
-        model = build_model(plan.workload.name, _input_shape(plan), plan.data.num_classes)
-        optimizer = build_optimizer(plan.workload.optimizer, plan.learning_rate)
+        built, optimizer = _build(plan)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    model = built.model
 
     def dataset_fn() -> tf.data.Dataset:
-        return inputs.train_dataset(plan.data, plan.batch_size, plan.image_size, fixed=plan.synthetic_images)
+        return built.dataset(plan.batch_size, None)
 
     iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
 
-    def replica_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+    def replica_step(batch: Any) -> tf.Tensor:
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(_xent(model, x, y))
+            loss = tf.reduce_mean(built.loss(batch))
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         global_step.assign_add(1)
@@ -305,8 +302,10 @@ def train_ps(plan: TrainPlan, progress: Progress, strategy: tf.distribute.Strate
 
     @tf.function
     def worker_step(it: Any) -> tf.Tensor:
-        x, y = next(it)
-        return strategy.run(replica_step, args=(x, y))
+        loss = strategy.run(replica_step, args=(next(it),))
+        if built.after_step is not None:
+            built.after_step()
+        return loss
 
     def chunked(n: int, clock: StepClock | None) -> list[tuple[int, Any]]:
         """Schedule ``n`` steps on the workers, then collect them in order, ticking as each lands."""

@@ -1,6 +1,6 @@
-"""Trainable models, built with Keras layers and trained by our own loops (never ``fit``).
+"""Trainable classifiers, built with Keras layers and trained by our own loops (never ``fit``).
 
-Every model returns logits; the loss is sparse softmax cross-entropy.
+Every model here returns logits; the loss is sparse softmax cross-entropy (:mod:`.tasks` has the other tasks).
 """
 
 from __future__ import annotations
@@ -69,6 +69,14 @@ def _alexnet(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
     )
 
 
+def _vgg19(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
+    if min(input_shape[:2]) < 32:
+        raise PayloadError(f"--image-size {input_shape[0]} is too small for vgg19 (at least 32)")
+    return keras.applications.VGG19(
+        weights=None, input_shape=input_shape, classes=num_classes, classifier_activation=None
+    )
+
+
 def _resnet50(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
     return keras.applications.ResNet50(
         weights=None, input_shape=input_shape, classes=num_classes, classifier_activation=None
@@ -90,6 +98,7 @@ BUILDERS: dict[str, Callable[[tuple[int, ...], int], keras.Model]] = {
     "alexnet": _alexnet,
     "resnet50": _resnet50,
     "inception3": _inception3,
+    "vgg19": _vgg19,
 }
 
 
@@ -104,4 +113,6 @@ def build_optimizer(kind: str, learning_rate: float) -> Any:
         return keras.optimizers.Adam(learning_rate)
     if kind == "sgd-momentum":
         return keras.optimizers.SGD(learning_rate, momentum=0.9)
+    if kind == "rmsprop":  # the Nature DQN's settings
+        return keras.optimizers.RMSprop(learning_rate, rho=0.95, epsilon=0.01)
     return keras.optimizers.SGD(learning_rate)
