@@ -21,6 +21,7 @@ EXAMPLES = """\
 examples:
   python -m dlinfra.payload run --workload mnist-dnn --data mnist_5k.csv.gz --steps 500
   python -m dlinfra.payload run --workload resnet50 --batch-size 8 --image-size 64 --cpus 0-3
+  python -m dlinfra.payload run --workload seq2seq --hidden 64 --vocab 1000 --seq-len 20 --batch-size 16
   python -m dlinfra.payload run --workload gemm --size 1760x128x1760 --steps 50
   python -m dlinfra.payload run --workload rnn --cell lstm --size 512x16x25
   python -m dlinfra.payload run --workload sysbench-cpu --time 10

@@ -52,6 +52,11 @@ def assert_clean_failure(done, *needles: str) -> None:
         (["--workload", "gemm", "--mode", "sync"], ["--mode sync needs a cluster"]),
         (["--workload", "mnist-dnn", "--context-json", "{nope"], ["--context-json is not JSON"]),
         (["--workload", "gemm", "--data", "/tmp"], ["gemm takes only synthetic data"]),
+        (["--workload", "speech", "--data", "/tmp"], ["speech takes only synthetic data"]),
+        (
+            ["--workload", "seq2seq", "--target-accuracy", "0.9"],
+            ["--target-accuracy: workload seq2seq (task seq2seq) is not a classifier"],
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_it_and_a_failure_record(run_payload, args: list[str], needles: list[str]) -> None:
