@@ -114,3 +114,18 @@ def test_target_accuracy_on_a_non_classifier_is_refused_before_training() -> Non
     code, record = _run("deepq", "--target-accuracy", "0.5")
     assert code != 0 and record.provenance.status == "failed"
     assert "--target-accuracy: workload deepq (task dqn) is not a classifier" in record.provenance.failure_reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "ps"), [("sync", 0), ("ps-async", 1)])
+def test_deepq_and_its_target_network_train_in_distributed_modes(local_cluster, mode: str, ps: int) -> None:
+    """The per-step hook (the target network's copy) runs outside the replica function in every mode."""
+    flags, batch = SMALL["deepq"]
+    args = ["--workload", "deepq", "--steps", "20", "--warmup-steps", "1", "--batch-size", str(batch), *flags]
+    cluster = local_cluster(mode, workers=2, ps=ps, chief=ps > 0, args=[*args, "--peer-timeout", "60"])
+    codes = cluster.wait(300)
+    logs = "\n".join(f"--- {t.name}\n{t.log()[-1500:]}" for t in cluster.tasks)
+    assert set(codes.values()) == {0}, f"{codes}\n{logs}"
+    lead = cluster.task("chief:0" if ps else "worker:0").record()
+    assert lead.provenance.status == "ok" and lead.metrics.extra["task"] == "dqn"
+    assert lead.metrics.examples_per_sec > 0 and lead.metrics.loss
