@@ -32,7 +32,7 @@ different (the CI holds 0). Cells in one campaign only are listed. See docs/comp
     show_default=True,
     help="The metric compared (as in 'dlinfra report').",
 )
-@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json"]), default="table")
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json", "html"]), default="table")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file instead of stdout.")
 @click.option(
     "--view",

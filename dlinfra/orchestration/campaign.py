@@ -35,6 +35,7 @@ from dlinfra.orchestration.progress import current_console, phase, say, use_cons
 from dlinfra.orchestration.runs_registry import set_campaign
 from dlinfra.orchestration.spec import CampaignSpec, RunInput
 from dlinfra.orchestration.sweep import sweep_dead_runs
+from dlinfra.orchestration.testbed_facts import describe_targets
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.registry import provider_for, provider_name, stacks_on
 from dlinfra.results.store import CellOutcome, ResultsStore
@@ -412,6 +413,8 @@ def _measure(
     for failure in failed_deploys:
         unusable.update({t.name: str(failure) for t in to_deploy[failure.layer]})
     result.layer_failures += failed_deploys
+    ready = {layer: [t for t in ts if t.name not in unusable] for layer, ts in to_deploy.items()}
+    describe_targets(store, cid, ready, artifacts)
 
     by_name = {t.name: t for ts in up.targets.values() for t in ts}
     launcher = Launcher(cid, peer_timeout=spec.peer_timeout, settings=spec.settings())

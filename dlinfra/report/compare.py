@@ -1,8 +1,9 @@
 """Two campaigns side by side: did anything get faster or slower, and what else changed?
 
 Cells are matched by what they ran, not by their hash: the workload, the layer and the report's config
-(the cell config without placement details, provider included), so the same experiment matches across
-campaigns on other hosts or addresses. For each matched cell the change of the metric's mean, B against A,
+(the cell config without placement details and provider), so the same experiment matches across
+campaigns on other hosts or addresses, and through another provider (Docker in A, Podman in B: the provider
+then shows in the metadata diff). For each matched cell the change of the metric's mean, B against A,
 in percent, with a percentile-bootstrap 95% CI of that ratio (:func:`dlinfra.report.stats.bootstrap_overhead`,
 the report's estimator, repeats resampled within each campaign) and the report's verdict: "no difference"
 when the CI holds 0. Cells that ran in one campaign only are listed, never dropped.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,9 +134,15 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
         out[prefix] = json.dumps(value, sort_keys=True, default=str) if isinstance(value, list) else str(value)
 
 
-def metadata(runs: pd.DataFrame) -> dict[tuple[str, str], set[str]]:
-    """(layer, field) -> the values of that field over the successful runs of the layer."""
+def metadata(runs: pd.DataFrame, targets: Sequence[dict[str, Any]] = ()) -> dict[tuple[str, str], set[str]]:
+    """(layer, field) -> the values of that field over the successful runs of the layer, and over the layer's
+    targets' testbed metadata (Ansible facts and provider versions, fields ``testbed.*``)."""
     out: dict[tuple[str, str], set[str]] = {}
+    for target in targets:
+        fields: dict[str, str] = {}
+        _flatten("testbed", target["metadata"], fields)
+        for name, value in fields.items():
+            out.setdefault((target["layer"], name), set()).add(value)
     good = runs[runs["status"] == "ok"] if "status" in runs else runs
     for _, row in good.iterrows():
         fields = {f: str(row[f]) for f in METADATA_FIELDS if f in row.index}
@@ -149,9 +157,14 @@ def metadata(runs: pd.DataFrame) -> dict[tuple[str, str], set[str]]:
     return out
 
 
-def metadata_diff(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+def metadata_diff(
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    targets_a: Sequence[dict[str, Any]] = (),
+    targets_b: Sequence[dict[str, Any]] = (),
+) -> pd.DataFrame:
     """Fields whose values differ, for the layers both campaigns ran (a layer in one only is in the cells)."""
-    ma, mb = metadata(a), metadata(b)
+    ma, mb = metadata(a, targets_a), metadata(b, targets_b)
     layers = {layer for layer, _ in ma} & {layer for layer, _ in mb}
     rows = []
     for layer, name in sorted(k for k in set(ma) | set(mb) if k[0] in layers):
@@ -198,7 +211,7 @@ def build_compare(
     m = METRICS[metric]
     side_a, side_b = _side(store, a, m, statistic), _side(store, b, m, statistic)
     cells = compare_cells(side_a, side_b, m, seed)
-    meta = metadata_diff(side_a.runs, side_b.runs)
+    meta = metadata_diff(side_a.runs, side_b.runs, store.targets(side_a.campaign_id), store.targets(side_b.campaign_id))
     counts = cells["verdict"].value_counts()
     notes = [
         f"{len(cells)} cell(s): " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())),

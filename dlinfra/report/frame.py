@@ -24,10 +24,12 @@ from dlinfra.errors import DlinfraError
 from dlinfra.results.export import runs_frame
 from dlinfra.results.store import ResultsStore
 
-#: Cell-config keys that name *where* a cell ran rather than *what* it ran.
+#: Cell-config keys that name *where* (or through which provider) a cell ran rather than *what* it ran: the
+#: layers of one config are compared with each other, so the provider that made each layer is not part of it.
 PLACEMENT_KEYS = frozenset(
     {
         "layer",
+        "provider",
         "workload",
         "host",
         "hosts",

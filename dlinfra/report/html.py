@@ -132,6 +132,33 @@ def step_time_plots(report: Report) -> list[tuple[str, str]]:
     return plots
 
 
+def compare_plots(report: Report) -> list[tuple[str, str]]:
+    """``dlinfra compare``: each matched cell's change B against A, with its 95% CI, one bar per cell."""
+    frame = report.views.get("compare")
+    if frame is None or frame.empty or "change_pct" not in frame:
+        return []
+    shown = frame.dropna(subset=["change_pct"]).head(MAX_GROUPS)
+    if shown.empty:
+        return []
+    labels = [f"{r.workload} {r.layer} {r.config}"[:60] for r in shown.itertuples(index=False)]
+    change = shown["change_pct"].astype(float)
+    low = (change - shown["ci_low_pct"].astype(float)).clip(lower=0)
+    high = (shown["ci_high_pct"].astype(float) - change).clip(lower=0)
+    colors = [
+        "#999999" if v == "no difference" else "#1b9e77" if v == "faster" else "#d95f02" for v in shown["verdict"]
+    ]
+    fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(shown) + 1.2))
+    ax.barh(range(len(shown)), change, xerr=[low, high], color=colors, capsize=3)
+    ax.axvline(0, color="#333333", linewidth=0.8)
+    ax.set_yticks(range(len(shown)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"change of {report.metric}, B against A (%)")
+    caption = "change per matched cell with its 95% bootstrap CI (grey: no difference)"
+    if len(frame) > len(shown):
+        caption += f"; unmatched or capped cells ({len(frame) - len(shown)}) are in the table"
+    return [(caption, _svg(fig))]
+
+
 def _table(name: str, frame: pd.DataFrame) -> str:
     columns = shown_columns(name, frame)
     numeric = {c: pd.api.types.is_numeric_dtype(frame[c]) for c in columns}
@@ -168,6 +195,7 @@ def render_html(report: Report) -> str:
         "overhead": throughput_plots(report),
         "scaling": scaling_plots(report),
         "step_times": step_time_plots(report),
+        "compare": compare_plots(report),
     }
     for name in VIEW_TITLES:
         if name not in report.views:

@@ -29,7 +29,7 @@ from dlinfra.record import RunRecord
 
 #: Bump when tables or columns change; older versions are migrated in place (see ``_MIGRATIONS``),
 #: a store of a newer version is refused.
-STORE_SCHEMA_VERSION = 3
+STORE_SCHEMA_VERSION = 4
 
 DEFAULT_DB = "dlinfra-results.db"
 
@@ -91,6 +91,18 @@ _TABLES = [
         record_json TEXT NOT NULL,
         PRIMARY KEY (campaign_id, cell_hash, repeat, attempt, role, task_index))""",
     "CREATE INDEX IF NOT EXISTS runs_by_workload ON runs (campaign_id, workload, layer)",
+    # What each target ran on (Ansible facts, engine and hypervisor versions): once per target per campaign,
+    # linked to its rows by (campaign_id, layer, target_address, physical_host).
+    """CREATE TABLE IF NOT EXISTS targets (
+        campaign_id TEXT NOT NULL,
+        layer TEXT NOT NULL,
+        target TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        physical_host TEXT NOT NULL,
+        target_address TEXT NOT NULL,
+        collected_utc TEXT NOT NULL,
+        metadata_json TEXT NOT NULL,
+        PRIMARY KEY (campaign_id, layer, target))""",
 ]
 
 #: Columns of ``runs`` filled from the record; the order is the INSERT order.
@@ -324,6 +336,10 @@ class ResultsStore:
             "WHERE layer IN ('ctr', 'ctr-vm')"
         )
 
+    def _migrate_3_to_4(self) -> None:
+        """Version 4 adds the ``targets`` table (testbed metadata); it is created with the others, empty for
+        campaigns stored before."""
+
     # -- writes -----------------------------------------------------------
 
     def add_campaign(self, campaign_id: str, name: str, spec: dict[str, Any]) -> None:
@@ -386,6 +402,43 @@ class ResultsStore:
             for record in records:
                 inserted += self._execute(insert, _run_row(record, attempt)).rowcount
         return inserted
+
+    def store_targets(self, campaign_id: str, targets: list[dict[str, Any]]) -> None:
+        """Store each target's metadata for the campaign (a ``--resume`` replaces what the last attempt found).
+
+        Each entry: layer, target, provider, physical_host, target_address, metadata (a JSON-safe mapping).
+        """
+        with self._transaction():
+            for t in targets:
+                self._execute(
+                    "INSERT INTO targets (campaign_id, layer, target, provider, physical_host, target_address, "
+                    "collected_utc, metadata_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (campaign_id, layer, target) DO UPDATE SET provider = excluded.provider, "
+                    "physical_host = excluded.physical_host, target_address = excluded.target_address, "
+                    "collected_utc = excluded.collected_utc, metadata_json = excluded.metadata_json",
+                    (
+                        campaign_id,
+                        t["layer"],
+                        t["target"],
+                        t["provider"],
+                        t["physical_host"],
+                        t["target_address"],
+                        _now(),
+                        json.dumps(secrets.redact_obj(t["metadata"]), sort_keys=True, default=str),
+                    ),
+                )
+
+    def targets(self, campaign_id: str) -> list[dict[str, Any]]:
+        """Every target's metadata of a campaign, ``metadata`` decoded, by layer and target."""
+        rows = self._dicts(
+            "SELECT layer, target, provider, physical_host, target_address, collected_utc, metadata_json "
+            "FROM targets WHERE campaign_id = ? ORDER BY layer, target",
+            (campaign_id,),
+        )
+        return [
+            {**{k: v for k, v in r.items() if k != "metadata_json"}, "metadata": json.loads(r["metadata_json"])}
+            for r in rows
+        ]
 
     # -- reads ------------------------------------------------------------
 
@@ -478,7 +531,11 @@ def _where(campaign_id: str | None, all_attempts: bool) -> tuple[str, tuple[Any,
 
 
 #: schema version -> the store method that migrates it to the next one.
-_MIGRATIONS = {1: ResultsStore._migrate_1_to_2, 2: ResultsStore._migrate_2_to_3}
+_MIGRATIONS = {
+    1: ResultsStore._migrate_1_to_2,
+    2: ResultsStore._migrate_2_to_3,
+    3: ResultsStore._migrate_3_to_4,
+}
 
 
 def open_store(url: str | None = None) -> ResultsStore:

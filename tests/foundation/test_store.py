@@ -123,6 +123,26 @@ def test_a_version_1_store_is_migrated_and_keeps_its_rows(store_url: str) -> Non
         ]
     with open_store(store_url) as store:  # reopening a migrated store changes nothing
         assert store.campaigns()[0]["failed_attempts"] == 1
+        assert store.targets("old-1") == []  # version 4's table: no metadata for campaigns from before
+
+
+def test_target_metadata_is_stored_once_per_target_and_never_a_secret(store_url: str) -> None:
+    entry = {
+        "layer": "bm",
+        "target": "h1",
+        "provider": "ssh",
+        "physical_host": "h1",
+        "target_address": "10.0.0.1",
+        "metadata": {"kernel": "6.1.0", "cpu_flags": ["avx2"], "api_token": "tok-3f9a1c77e2"},
+    }
+    with open_store(store_url) as store:
+        store.store_targets("c1", [entry])
+        store.store_targets("c1", [{**entry, "metadata": {**entry["metadata"], "kernel": "6.1.1"}}])  # a --resume
+        (found,) = store.targets("c1")
+        assert found["metadata"]["kernel"] == "6.1.1" and found["metadata"]["cpu_flags"] == ["avx2"]
+        assert found["metadata"]["api_token"] != "tok-3f9a1c77e2"
+        assert (found["layer"], found["target"], found["provider"]) == ("bm", "h1", "ssh")
+        assert store.targets("c2") == []
 
 
 def test_a_record_of_another_cell_is_refused(store_url: str) -> None:

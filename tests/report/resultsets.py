@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dlinfra.layers import LAYERS
 from dlinfra.record import Metrics, Provenance, RunRecord, StepTimes, SystemSample, config_hash
 from dlinfra.results.store import CellOutcome, ResultsStore
 
@@ -121,7 +122,15 @@ class Campaign:
         python_version: str = "3.12.3",
         tta: list[float] | None = None,
     ) -> None:
-        config: dict[str, Any] = {"workload": workload, "layer": layer, "mode": mode, "batch_size": 64, **(extra or {})}
+        # As a campaign writes it: every cell names its layer's provider (each layer's default here).
+        config: dict[str, Any] = {
+            "workload": workload,
+            "layer": layer,
+            "provider": LAYERS[layer].default_provider,
+            "mode": mode,
+            "batch_size": 64,
+            **(extra or {}),
+        }
         if mode != "single":
             config.update(workers=workers, ps=ps)
         roles = [("single", 0)] if mode == "single" else [("chief", 0)] + [("worker", i) for i in range(workers)]

@@ -148,6 +148,7 @@ class ContainerProvider(Provider):
         self.own_vms: Provider | None = None
         self._claim: RunClaim | None = None
         self._opts: dict[str, Any] = {}
+        self._versions: dict[str, str] = {}  # engine label -> its server version
         self._chosen: list[Any] = []
         self._images: dict[str, str] = {}
         self._tarballs: dict[str, str] = {}
@@ -387,6 +388,7 @@ class ContainerProvider(Provider):
         details: dict[str, Any] = {
             "container": cspec.name,
             "engine": he.engine.kind,
+            "engine_version": self._engine_version(he.engine),
             "image": cspec.image,
             "network": str(cspec.network),
             "limits": limits,
@@ -423,6 +425,14 @@ class ContainerProvider(Provider):
             ansible_python=str(hv.get("ansible_python_interpreter", "auto_silent")),
             details=details,
         )
+
+    def _engine_version(self, engine: Engine) -> str:
+        """The engine's server version (testbed metadata), asked once per engine."""
+        if engine.label not in self._versions:
+            field = "{{.Server.Version}}" if engine.kind == "docker" else "{{.Version}}"
+            found = engine.run("version", "--format", field, check=False)
+            self._versions[engine.label] = found.stdout.strip() if found.returncode == 0 else "unknown"
+        return self._versions[engine.label]
 
     # ---------------------------------------------------------------- down
     def delete(self) -> None:

@@ -472,6 +472,17 @@ class LibvirtProvider:
             artifacts_dir=self.artifacts_dir,
         )
 
+    def _versions(self) -> dict[str, str]:
+        """libvirt's and QEMU's versions on the hypervisor (testbed metadata)."""
+
+        def dotted_version(number: int) -> str:
+            return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
+
+        return {
+            "libvirt_version": dotted_version(int(self.conn.getLibVersion())),
+            "qemu_version": dotted_version(int(self.conn.getVersion())),
+        }
+
     def _verdict_key(self) -> str:
         return host_key(self.host, int(self.conn.getVersion()))
 
@@ -531,6 +542,7 @@ class LibvirtProvider:
                 "domain": plan.domain_name,
                 "virt_type": plan.virt_type,
                 "kvm_refused": plan.kvm_refused,
+                **self._versions(),
                 "vcpus": guest.vcpus,
                 "host_cpuset": format_cpuset(guest.cpuset),
                 "emulator_cpuset": format_cpuset(guest.emulator_cpuset or guest.cpuset),

@@ -1,0 +1,63 @@
+"""Testbed metadata: what every target of a campaign ran on, from Ansible facts, stored once per target.
+
+Why: a number that moved between two campaigns means little until the reader sees what else moved: the
+kernel, the microcode, the CPU governor, QEMU or the container engine. ``playbooks/facts.yml`` gathers the
+machine side (kernel and its command line, CPU model, flags that matter, microcode, SMT, NUMA, memory,
+governor, virtualisation); the providers add what only they know (engine, libvirt and QEMU versions, the
+accelerator) to each target's ``details``. ``dlinfra compare`` diffs it. Best effort: a target that cannot be
+described is said and left out; the campaign goes on. Nothing secret is kept (values are redacted).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dlinfra.orchestration.ansible import run_playbook
+from dlinfra.orchestration.progress import phase, say
+from dlinfra.providers.base import Target
+from dlinfra.results.store import ResultsStore
+
+FACTS_PLAYBOOK = "facts.yml"
+#: Keys of a target's ``details`` and ``identity`` that describe its software (not the run).
+DETAIL_KEYS = ("engine", "engine_version", "runtime", "libvirt_version", "qemu_version", "virt_type", "emulated")
+IDENTITY_KEYS = ("tf_version", "python_version", "payload_hash")
+
+
+def metadata_of(target: Target, facts: dict[str, Any]) -> dict[str, Any]:
+    """One target's metadata: the facts gathered there, then what its provider and payload said."""
+    found = dict(facts)
+    found.update({k: target.details[k] for k in DETAIL_KEYS if k in target.details})
+    found.update({k: (target.identity or {})[k] for k in IDENTITY_KEYS if k in (target.identity or {})})
+    if target.devices:
+        found["devices"] = list(target.devices)
+    return found
+
+
+def describe_targets(
+    store: ResultsStore, campaign_id: str, targets_by_layer: dict[str, list[Target]], artifacts: Path
+) -> int:
+    """Gather and store every target's metadata; return how many targets were described."""
+    targets = [t for ts in targets_by_layer.values() for t in ts]
+    if not targets:
+        return 0
+    with phase("testbed metadata", f"Ansible facts of {len(targets)} target(s)"):
+        result = run_playbook(
+            FACTS_PLAYBOOK, targets=targets, artifacts_dir=artifacts / "ansible" / "facts", quiet=True
+        )
+        for failure in result.failures:
+            say(f"  [yellow]metadata:[/yellow] {failure} (that target is left out of the metadata)")
+        entries = [
+            {
+                "layer": t.layer,
+                "target": t.name,
+                "provider": t.provider,
+                "physical_host": t.physical_host,
+                "target_address": t.address,
+                "metadata": metadata_of(t, result.reports[t.name]["metadata"]),
+            }
+            for t in targets
+            if "metadata" in result.reports.get(t.name, {})
+        ]
+        store.store_targets(campaign_id, entries)
+    return len(entries)
