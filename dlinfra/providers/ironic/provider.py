@@ -203,6 +203,7 @@ class IronicProvider(Provider):
         self._recorded: dict[str, str] = {}  # node id -> name, for every node this run may have deployed
         self._options: dict[str, Any] = {}
         self._artifacts: Path | None = None
+        self._drive_keys: dict[str, str] | None = None  # node id -> the SSH public key its config drive carries
 
     # ------------------------------------------------------------ validate
     @classmethod
@@ -261,8 +262,7 @@ class IronicProvider(Provider):
         self._conn = _connect(self._cloud, self._clouds_yaml)
         nodes = self._resolve_nodes(spec.options)
         self._picked = [(node, self._host_for(node, spec)) for node in nodes]
-        drive = self._config_drive_keys(spec) if spec.options.get("config_drive", True) else None
-        self._drive_keys = drive
+        self._drive_keys = self._config_drive_keys(spec) if spec.options.get("config_drive", True) else None
         self._claim = self._claim or claim(self.run_label, "ironic", cloud=self._cloud, clouds_yaml=self._clouds_yaml)
         for node, _host in self._picked:
             self._claim.add(NODE_KIND, key=node.id, node=node.id, name=node.name, cloud=self._cloud,
