@@ -176,7 +176,8 @@ class IronicProvider(Provider):
     Nodes cannot carry a run label through the ``openstack.cloud`` modules (they accept only
     ``image_*`` keys of instance_info), so what a run deployed is known from its claim in the run
     registry alone: :meth:`discover` reports the recorded nodes that are still deployed, and
-    :meth:`sweep` undeploys those of a dead run (never a node a live run has recorded).
+    :meth:`sweep` undeploys those of a dead run (never a node a live run has recorded). A run whose
+    recorded clouds.yaml is gone (a test's Ironic, removed with its folder) is skipped, not retried.
     """
 
     name = "ironic"
@@ -440,6 +441,9 @@ class IronicProvider(Provider):
             return
         live = _taken_by_live_runs()
         for (cloud, clouds_yaml), nodes in by_cloud.items():
+            if clouds_yaml and not Path(clouds_yaml).is_file():  # e.g. a test's Ironic, gone with its folder
+                report.skip(f"run {label}: ironic nodes {', '.join(nodes.values())}: {clouds_yaml} is gone")
+                continue
             try:
                 conn = _connect(cloud, clouds_yaml)
                 mine = {}
@@ -471,6 +475,8 @@ class IronicProvider(Provider):
         for info in [*live_runs(), *dead_runs()]:
             for obj in info.of_kind(NODE_KIND):
                 place = (str(obj.get("cloud") or ""), obj.get("clouds_yaml") or None)
+                if place[1] and not Path(place[1]).is_file():
+                    continue
                 try:
                     if place not in conns:
                         conns[place] = _connect(*place)
