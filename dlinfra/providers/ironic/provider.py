@@ -22,6 +22,7 @@ them back to ``available`` and releases the claim. Credentials come only the Ope
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import sys
@@ -36,7 +37,7 @@ import yaml
 
 from dlinfra.errors import DlinfraError, SpecError, TargetError
 from dlinfra.inventory import InventoryHost
-from dlinfra.orchestration.runs_registry import RunClaim, claim, dead_runs, live_runs
+from dlinfra.orchestration.runs_registry import RunClaim, claim, is_valid_label, live_runs, runs_dir
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
 
@@ -472,8 +473,8 @@ class IronicProvider(Provider):
         """
         found: dict[str, list[dict[str, Any]]] = {}
         conns: dict[tuple[str, str | None], Any] = {}
-        for info in [*live_runs(), *dead_runs()]:
-            for obj in info.of_kind(NODE_KIND):
+        for label, objects in _recorded_nodes().items():
+            for obj in objects:
                 place = (str(obj.get("cloud") or ""), obj.get("clouds_yaml") or None)
                 if place[1] and not Path(place[1]).is_file():
                     continue
@@ -484,11 +485,29 @@ class IronicProvider(Provider):
                 except Exception:  # noqa: BLE001, S112 - a cloud that does not answer has nothing to find
                     continue
                 if node is not None and node.provision_state in TAKEN:
-                    found.setdefault(info.label, []).append(obj)
+                    found.setdefault(label, []).append(obj)
         return found
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "run_label": self.run_label, "cloud": self._cloud}
+
+
+def _recorded_nodes() -> dict[str, list[dict[str, Any]]]:
+    """Every run state file's ironic-node entries, by label, read without locking (a sweep may hold one)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    folder = runs_dir()
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        if not is_valid_label(path.stem):
+            continue
+        try:
+            data = json.loads(path.read_text() or "{}")
+        except (OSError, ValueError):  # gone, or being written: the next discover sees it
+            continue
+        objects = data.get("objects") if isinstance(data, dict) else None
+        nodes = [o for o in objects or [] if isinstance(o, dict) and o.get("kind") == NODE_KIND]
+        if nodes:
+            found[path.stem] = nodes
+    return found
 
 
 def _taken_by_live_runs() -> set[str]:
