@@ -1,4 +1,5 @@
 # dlinfra: `make demo` (set-up + a small campaign on a local testbed + report), `make test`.
+# `make openstack`: the venv the ironic provider's tests start a standalone Ironic from (.venv-openstack).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -6,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup deps daemons demo test lint bench clean
+.PHONY: setup deps daemons openstack demo test lint bench clean
 
 setup: $(STAMP)
 
@@ -19,6 +20,10 @@ $(STAMP): pyproject.toml scripts/install-deps.sh
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
+
+# Standalone OpenStack Ironic for the ironic provider's tests, in its own venv (stamped by its pinned versions).
+openstack:
+	scripts/install-openstack.sh
 
 # dockerd, virtlogd and libvirtd answering on this machine: the roles docker_host and libvirt_host
 # (started in the background where there is no systemd), as dlinfra itself prepares any host.
@@ -33,7 +38,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/ansible-lint -q playbooks roles
 
-test: setup daemons lint
+test: setup daemons openstack lint
 	$(BIN)/pytest
 
 bench: setup daemons
@@ -41,4 +46,4 @@ bench: setup daemons
 	$(BIN)/python bench/orchestration.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-openstack .pytest_cache .ruff_cache

@@ -1,6 +1,8 @@
 """The provider conformance suite: every provider dlinfra ships passes the same checks, on real components.
 
-For each provider (ssh on a local-testbed host, docker and podman on it, libvirt guests on this machine):
+For each provider (ssh on a local-testbed host, docker and podman on it, libvirt guests on this machine, ironic:
+a real standalone Ironic whose fake-hardware node is named after the testbed host, which stands in for the
+deployed machine, since a fake node has no machine to SSH into; see tests/ironic_support.py):
 ``validate`` refuses bad options before anything is built; ``up`` gives targets whose payload reports the
 campaign's payload hash; a second ``up`` changes nothing; ``down`` leaves nothing the provider can find
 (its own ``discover``, by label); a controller SIGKILLed in the middle of ``up`` leaves objects that
@@ -68,6 +70,17 @@ def _need_libvirt() -> None:
     need_module("libvirt")
 
 
+def _need_ironic() -> None:
+    """A real standalone Ironic (started once per test process) with a fake-hardware node named after the
+    testbed's host ``dlpc-h1``: that host stands in for the machine the node would be."""
+    _need_testbed()
+    need_module("openstack")
+    from ironic_support import enroll, ironic_service
+
+    ironic_service()  # sets OS_CLIENT_CONFIG_FILE and OS_CLOUD for this process and the controllers it starts
+    enroll("dlpc-h1")
+
+
 CASES = [
     Case(
         "ssh", "bm", {},
@@ -91,6 +104,16 @@ CASES = [
         [({"vcpus": 0}, r"layer_options.vm.guests\[0\].*vcpus"), ({"guests": "vm1"}, r"guests: must be a list"),
          ({"colour": "red"}, r"unknown option\(s\) colour")],
         _need_libvirt,
+    ),
+    Case(
+        "ironic", "bm", {"resource_class": "dlinfra-test", "count": 1, "poll_interval": 0.05, "deploy_timeout": 120},
+        [({"nodes": "dlpc-h1"}, r"layer_options.bm.nodes: must be a non-empty list"),
+         ({"resource_class": "x", "count": 0}, r"layer_options.bm.count: 0 must be a positive integer"),
+         ({"nodes": ["a"], "instance_info": {"root_gb": 10}}, r"layer_options.bm.instance_info: unknown key.*root_gb"),
+         ({"count": 2}, r"layer_options.bm: provider ironic needs nodes or resource_class"),
+         ({"nodes": ["a"], "poll_interval": 0}, r"layer_options.bm.poll_interval"),
+         ({"nodes": ["a"], "flavor": "m1"}, r"unknown option\(s\) flavor")],
+        _need_ironic, deploy=True,
     ),
 ]  # fmt: skip
 IDS = [f"{c.provider}-{c.layer}" for c in CASES]
@@ -168,6 +191,8 @@ def test_up_twice_verify_the_payload_then_down_leaves_nothing(
         labels = {r.label for r in live_runs() if r.pid == os.getpid()}
         made = _found(cls, labels)
         assert bool(made) == (case.provider != "ssh"), f"{case.provider} made {made} under {labels}"
+        if case.provider == "ironic":  # the node behind the target is the one deployed, and it is active
+            assert {t.details["ironic_node_name"] for t in targets} == {t.name for t in targets}
         # The second up is a no-op: the same targets, and nothing new on the machine.
         assert provider.up(_spec(case, testbed, wheelhouse)) is targets
         assert _found(cls, labels) == made

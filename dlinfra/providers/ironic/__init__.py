@@ -1,0 +1,1 @@
+"""The ``ironic`` provider: ``bm`` targets deployed through OpenStack Ironic (see ``provider.py``)."""

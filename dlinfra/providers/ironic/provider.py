@@ -1,0 +1,546 @@
+"""The ``ironic`` provider: bare-metal nodes deployed through OpenStack Ironic, then reached over SSH.
+
+What ``up`` does, in order (docs/openstack.md says it for users):
+
+1. resolve the nodes (``nodes``: names or UUIDs; or ``resource_class`` + ``count``: that many
+   ``available`` nodes of the class) and check each: it exists, is not in maintenance, is ``available``;
+   and each has an inventory host to be reached as (same name, or host var ``dlinfra_ironic_node``);
+   any problem is one :class:`~dlinfra.errors.TargetError` naming the node, before anything changes;
+2. claim the run label in the run registry and record the cloud and every node *before* deploying;
+3. run ``playbooks/providers/ironic/up.yml`` here (``connection: local``): the ``openstack.cloud``
+   collection's ``baremetal_node_action`` deploys each node (instance_info, a config drive carrying the
+   inventory key's public key), without waiting;
+4. poll each node to ``active`` (``deploy failed`` -> its ``last_error``; ``deploy_timeout`` -> the
+   node and its state), then reach each as its inventory host over SSH, exactly as the ``ssh``
+   provider does (:func:`dlinfra.providers.ssh.provider.target_from_host`, ``read_facts``).
+
+``down`` undeploys (``down.yml``, ``state: absent``) only the recorded nodes that are deployed, polls
+them back to ``available`` and releases the claim. Credentials come only the OpenStack way
+(``clouds.yaml`` and ``OS_CLOUD`` / the ``cloud`` option); dlinfra never reads or logs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import yaml
+
+from dlinfra.errors import DlinfraError, SpecError, TargetError
+from dlinfra.inventory import InventoryHost
+from dlinfra.orchestration.runs_registry import RunClaim, claim, is_valid_label, live_runs, runs_dir
+from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.providers.ssh.provider import read_facts, target_from_host
+
+if TYPE_CHECKING:
+    from dlinfra.orchestration.sweep_report import SweepReport
+
+#: The run registry's entry kind for one node a run deploys.
+NODE_KIND = "ironic-node"
+#: instance_info keys baremetal_node_action accepts.
+INSTANCE_INFO_KEYS = ("image_source", "image_checksum", "image_disk_format")
+#: Provision states of a node a run has deployed (or is deploying): what down and sweep undo.
+DEPLOYED = frozenset({"active", "deploy failed", "error"})
+#: States a node passes through on its own; down and sweep wait for them to settle.
+MOVING = frozenset({"deploying", "wait call-back", "deleting", "cleaning", "clean wait", "deploy wait"})
+#: What discover() reports: a node some run took and has not given back yet.
+TAKEN = DEPLOYED | MOVING - {"cleaning", "clean wait"}
+SETTLE_TIMEOUT_S = 300.0
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _connect(cloud: str, clouds_yaml: str | None = None) -> Any:
+    """An openstacksdk connection to ``cloud`` (as clouds.yaml names it), optionally from that clouds.yaml."""
+    import openstack.config
+
+    try:
+        files = [clouds_yaml] if clouds_yaml else []
+        region = openstack.config.OpenStackConfig(config_files=files or None).get_one(cloud=cloud)
+        return openstack.connection.Connection(config=region)
+    except Exception as exc:  # noqa: BLE001 - openstacksdk's config errors are many kinds
+        raise DlinfraError(
+            f"cannot use OpenStack cloud {cloud!r}: {exc}",
+            "name a cloud of your clouds.yaml (OS_CLIENT_CONFIG_FILE, ./clouds.yaml, ~/.config/openstack)",
+        ) from None
+
+
+#: Put first on PYTHONPATH for the playbooks: its sitecustomize works around openstack.cloud + openstacksdk 4.
+SDK_COMPAT = Path(__file__).resolve().parent / "sdk_compat"
+
+
+@contextlib.contextmanager
+def _playbook_env(clouds_yaml: str | None) -> Iterator[None]:
+    """The playbook's environment: clouds.yaml through OS_CLIENT_CONFIG_FILE (the recorded one, when given),
+    and :data:`SDK_COMPAT` first on PYTHONPATH. Restored afterwards."""
+    names = ("OS_CLIENT_CONFIG_FILE", "PYTHONPATH")
+    old = {name: os.environ.get(name) for name in names}
+    if clouds_yaml:
+        os.environ["OS_CLIENT_CONFIG_FILE"] = clouds_yaml
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SDK_COMPAT), old["PYTHONPATH"]) if p)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _node_state(conn: Any, node_id: str) -> Any | None:
+    """The node (by UUID or name) as Ironic has it now, or None when there is none."""
+    from openstack.exceptions import NotFoundException
+
+    try:
+        return conn.baremetal.get_node(node_id)
+    except NotFoundException:
+        return None
+
+
+def run_node_playbook(
+    book: str,
+    cloud: str,
+    nodes: list[dict[str, Any]],
+    *,
+    label: str,
+    clouds_yaml: str | None = None,
+    artifacts_dir: Path | None = None,
+) -> None:
+    """Run ``playbooks/providers/ironic/BOOK`` here (``connection: local``, this Python) on ``nodes``."""
+    from dlinfra.orchestration.ansible import run_playbook
+
+    hosts = {"ironic": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}
+    with tempfile.TemporaryDirectory(prefix="dlinfra-ironic-") as folder, _playbook_env(clouds_yaml):
+        inventory = Path(folder) / "ironic.yml"
+        inventory.write_text(yaml.safe_dump({"all": {"children": {"dlinfra_ironic": {"hosts": hosts}}}}))
+        result = run_playbook(
+            f"providers/ironic/{book}",
+            inventory=inventory,
+            extravars={"ironic_cloud": cloud, "ironic_nodes": nodes},
+            artifacts_dir=artifacts_dir,
+            ident=f"ironic-{Path(book).stem}-{label}-{time.strftime('%Y%m%dT%H%M%S')}-{time.monotonic_ns() % 100000}",
+            quiet=True,
+        )
+    result.raise_for_failure()
+
+
+def _wait_for(conn: Any, nodes: dict[str, str], goal: str, timeout: float, interval: float, what: str) -> None:
+    """Poll every node (id -> name) until it reaches ``goal``; one error naming the nodes that did not."""
+    pending = dict(nodes)
+    failed: list[str] = []
+    deadline = time.monotonic() + timeout
+    states: dict[str, str] = {}
+    while pending:
+        for node_id, name in list(pending.items()):
+            node = _node_state(conn, node_id)
+            if node is None:
+                failed.append(f"node {name} ({node_id}) is gone from Ironic")
+                pending.pop(node_id)
+                continue
+            states[node_id] = str(node.provision_state)
+            if node.provision_state == goal:
+                pending.pop(node_id)
+            elif node.provision_state in ("deploy failed", "clean failed", "error") or (
+                node.provision_state not in MOVING and node.provision_state not in (goal, "deleted", "available")
+            ):
+                if goal == "available" and node.provision_state == "active":
+                    continue  # the undeploy request is still on its way
+                failed.append(
+                    f"node {name} ({node_id}) is {node.provision_state}: {node.last_error or 'no error given'}"
+                )
+                pending.pop(node_id)
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            failed += [f"node {n} ({i}) still {states.get(i, '?')} after {timeout:g} s" for i, n in pending.items()]
+            break
+        time.sleep(interval)
+    if failed:
+        raise TargetError(f"ironic: {what}: " + "; ".join(failed), "see the node's last_error in Ironic")
+
+
+class IronicProvider(Provider):
+    """``bm`` targets: Ironic nodes deployed for the run, reached as the inventory hosts of the same name.
+
+    Nodes cannot carry a run label through the ``openstack.cloud`` modules (they accept only
+    ``image_*`` keys of instance_info), so what a run deployed is known from its claim in the run
+    registry alone: :meth:`discover` reports the recorded nodes that are still deployed, and
+    :meth:`sweep` undeploys those of a dead run (never a node a live run has recorded). A run whose
+    recorded clouds.yaml is gone (a test's Ironic, removed with its folder) is skipped, not retried.
+    """
+
+    name = "ironic"
+    layers: ClassVar[Mapping[str, str | None]] = {"bm": None}
+    options: ClassVar[Mapping[str, str]] = {
+        "cloud": "the cloud of your clouds.yaml that reaches Ironic (default: $OS_CLOUD)",
+        "nodes": "node names or UUIDs to deploy (each reached as the inventory host of that name)",
+        "resource_class": "adopt `count` available nodes of this resource class instead of naming them",
+        "count": "how many nodes of resource_class (default 1)",
+        "instance_info": "image_source, image_checksum, image_disk_format for the deploy",
+        "config_drive": "put the inventory key's SSH public key in a config drive (default true)",
+        "deploy_timeout": "seconds a node may take to become active (default 1800; undeploy waits at least 300)",
+        "poll_interval": "seconds between node state reads (default 1.0)",
+    }
+
+    def __init__(self, layer: str) -> None:
+        super().__init__(layer)
+        self.run_label = f"ironic-{secrets.token_hex(4)}"
+        self._claim: RunClaim | None = None
+        self._cloud: str | None = None
+        self._clouds_yaml: str | None = None
+        self._conn: Any = None
+        self._picked: list[tuple[Any, InventoryHost]] = []
+        self._recorded: dict[str, str] = {}  # node id -> name, for every node this run may have deployed
+        self._options: dict[str, Any] = {}
+        self._artifacts: Path | None = None
+        self._drive_keys: dict[str, str] | None = None  # node id -> the SSH public key its config drive carries
+
+    # ------------------------------------------------------------ validate
+    @classmethod
+    def validate(cls, layer: str, options: Mapping[str, Any], where: str) -> None:
+        super().validate(layer, options, where)
+        cloud = options.get("cloud")
+        if cloud is not None and (not isinstance(cloud, str) or not cloud):
+            raise SpecError(f"{where}.cloud: must be the name of a cloud in your clouds.yaml")
+        nodes = options.get("nodes")
+        rclass = options.get("resource_class")
+        if nodes is not None:
+            if not isinstance(nodes, list) or not nodes or not all(isinstance(n, str) and n for n in nodes):
+                raise SpecError(f"{where}.nodes: must be a non-empty list of node names or UUIDs")
+            if len(set(nodes)) != len(nodes):
+                raise SpecError(f"{where}.nodes: names a node twice")
+            if rclass is not None or "count" in options:
+                raise SpecError(f"{where}.nodes: give either nodes or resource_class (+ count), not both")
+        elif rclass is None:
+            raise SpecError(
+                f"{where}: provider ironic needs nodes or resource_class",
+                "e.g. nodes: [node-1] or resource_class: baremetal-gpu, count: 2",
+            )
+        if rclass is not None and (not isinstance(rclass, str) or not rclass):
+            raise SpecError(f"{where}.resource_class: must be a resource class name")
+        count = options.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise SpecError(f"{where}.count: {count!r} must be a positive integer")
+        info = options.get("instance_info", {})
+        if not isinstance(info, dict):
+            raise SpecError(f"{where}.instance_info: must be a mapping ({', '.join(INSTANCE_INFO_KEYS)})")
+        bad = sorted(set(map(str, info)) - set(INSTANCE_INFO_KEYS))
+        if bad:
+            raise SpecError(
+                f"{where}.instance_info: unknown key(s) {', '.join(bad)}",
+                f"the openstack.cloud collection accepts {', '.join(INSTANCE_INFO_KEYS)}",
+            )
+        if not all(isinstance(v, str) for v in info.values()):
+            raise SpecError(f"{where}.instance_info: values must be strings")
+        if not isinstance(options.get("config_drive", True), bool):
+            raise SpecError(f"{where}.config_drive: must be true or false")
+        for key in ("deploy_timeout", "poll_interval"):
+            if key in options and not _positive_number(options[key]):
+                raise SpecError(f"{where}.{key}: {options[key]!r} must be a positive number of seconds")
+
+    # ------------------------------------------------------------------ up
+    def create_dependencies(self, spec: LayerSpec) -> None:
+        """Check the cloud, the nodes and their inventory hosts, then claim the run and record the nodes."""
+        self._options = dict(spec.options)
+        self._artifacts = spec.artifacts_dir
+        self._cloud = str(spec.options.get("cloud") or os.environ.get("OS_CLOUD") or "")
+        if not self._cloud:
+            raise TargetError(
+                "layer bm (ironic): no cloud named", "set layer_options.bm.cloud or OS_CLOUD to a cloud of clouds.yaml"
+            )
+        self._clouds_yaml = os.environ.get("OS_CLIENT_CONFIG_FILE") or None
+        self._conn = _connect(self._cloud, self._clouds_yaml)
+        nodes = self._resolve_nodes(spec.options)
+        self._picked = [(node, self._host_for(node, spec)) for node in nodes]
+        self._drive_keys = self._config_drive_keys(spec) if spec.options.get("config_drive", True) else None
+        self._claim = self._claim or claim(self.run_label, "ironic", cloud=self._cloud, clouds_yaml=self._clouds_yaml)
+        for node, _host in self._picked:
+            self._claim.add(NODE_KIND, key=node.id, node=node.id, name=node.name, cloud=self._cloud,
+                            clouds_yaml=self._clouds_yaml)  # fmt: skip
+            self._recorded[node.id] = node.name or node.id
+
+    def _resolve_nodes(self, options: Mapping[str, Any]) -> list[Any]:
+        baremetal = self._conn.baremetal
+        try:
+            if options.get("nodes"):
+                found = []
+                for ref in options["nodes"]:
+                    node = _node_state(self._conn, ref)
+                    if node is None:
+                        raise TargetError(
+                            f"ironic node {ref}: not found in cloud {self._cloud}",
+                            "enroll it (openstack baremetal node create) or fix layer_options.bm.nodes",
+                        )
+                    found.append(node)
+            else:
+                rclass, count = str(options["resource_class"]), int(options.get("count", 1))
+                taken = _taken_by_live_runs()
+                candidates = [
+                    n
+                    for n in baremetal.nodes(details=True, resource_class=rclass, provision_state="available")
+                    if not n.is_maintenance and n.id not in taken
+                ]
+                candidates.sort(key=lambda n: n.name or n.id)
+                if len(candidates) < count:
+                    raise TargetError(
+                        f"ironic: {count} available node(s) of resource class {rclass} asked for, "
+                        f"{len(candidates)} found in cloud {self._cloud}",
+                        "enroll and provide more nodes, or lower layer_options.bm.count",
+                    )
+                found = candidates[:count]
+        except DlinfraError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the SDK's errors (connection refused, HTTP) name the cause
+            raise TargetError(f"ironic: cannot list nodes in cloud {self._cloud}: {exc}") from None
+        for node in found:
+            self._check_node(node)
+        return found
+
+    def _check_node(self, node: Any) -> None:
+        label = f"ironic node {node.name or node.id} ({node.id})"
+        if node.is_maintenance:
+            raise TargetError(
+                f"{label} is in maintenance: {node.maintenance_reason or 'no reason given'}",
+                "fix it, then: openstack baremetal node maintenance unset " + (node.name or node.id),
+            )
+        if node.provision_state == "active" and node.id in self._recorded:
+            return  # deployed by this very run (an up after a failed wait)
+        if node.provision_state != "available":
+            raise TargetError(
+                f"{label} is {node.provision_state}, not available",
+                "deploy only available nodes: undeploy it or provide it "
+                "(openstack baremetal node undeploy / manage / provide)",
+            )
+
+    def _host_for(self, node: Any, spec: LayerSpec) -> InventoryHost:
+        refs = {node.id, *([node.name] if node.name else [])}
+        for host in spec.hosts:
+            if host.name in refs or str(host.vars.get("dlinfra_ironic_node", "")) in refs:
+                return host
+        raise TargetError(
+            f"ironic node {node.name or node.id}: no inventory host in {spec.inventory} to reach it as",
+            "add a host named after the node, or set its host var dlinfra_ironic_node to the node's name or UUID",
+        )
+
+    def _config_drive_keys(self, spec: LayerSpec) -> dict[str, str]:
+        keys: dict[str, str] = {}
+        for node, host in self._picked:
+            pub = (
+                Path(os.path.expanduser(host.key_file)).with_name(Path(host.key_file).name + ".pub")
+                if host.key_file
+                else None
+            )
+            if pub is None or not pub.is_file():
+                raise TargetError(
+                    f"ironic node {node.name or node.id}: config_drive needs the public key of host {host.name}'s "
+                    f"SSH key ({pub or 'no ansible_ssh_private_key_file set'})",
+                    "put KEY.pub beside the key, or set layer_options.bm.config_drive: false",
+                )
+            keys[node.id] = pub.read_text().strip()
+        return keys
+
+    def create(self, spec: LayerSpec) -> list[Target]:
+        todo = []
+        for node, _host in self._picked:
+            if _node_state(self._conn, node.id).provision_state == "active":
+                continue
+            entry: dict[str, Any] = {"id": node.id, "name": node.name or node.id,
+                                     "instance_info": dict(spec.options.get("instance_info") or {})}  # fmt: skip
+            if self._drive_keys is not None:
+                entry["config_drive"] = {
+                    "meta_data": {
+                        "uuid": node.id,
+                        "name": node.name or node.id,
+                        "hostname": node.name or node.id,
+                        "public_keys": {"dlinfra": self._drive_keys[node.id]},
+                    }
+                }
+            todo.append(entry)
+        if todo:
+            run_node_playbook(
+                "up.yml", self._cloud or "", todo, label=self.run_label, clouds_yaml=self._clouds_yaml,
+                artifacts_dir=self._artifacts,
+            )  # fmt: skip
+        _wait_for(
+            self._conn,
+            {n.id: n.name or n.id for n, _h in self._picked},
+            "active",
+            float(spec.options.get("deploy_timeout", 1800)),
+            float(spec.options.get("poll_interval", 1.0)),
+            "deploy",
+        )
+        targets = []
+        for node, host in self._picked:
+            target = target_from_host(host, self.layer)
+            target.provider = self.name
+            target.details.update({"ironic_node": node.id, "ironic_node_name": node.name,
+                                   "resource_class": node.resource_class})  # fmt: skip
+            targets.append(target)
+        return targets
+
+    def wait_ready(self, targets: list[Target]) -> None:
+        """Each deployed machine answers SSH (host key checked) and gives its facts; retried while it boots."""
+        timeout = float(self._options.get("deploy_timeout", 1800))
+        interval = max(float(self._options.get("poll_interval", 1.0)), 0.5)
+
+        def ready(target: Target) -> Target:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    return read_facts(target)
+                except Exception as exc:  # noqa: BLE001 - SSH refuses while the machine boots
+                    if time.monotonic() > deadline:
+                        raise TargetError(f"ironic: {target.name} deployed but does not answer SSH: {exc}") from None
+                    time.sleep(interval)
+
+        with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
+            list(pool.map(ready, targets))
+
+    # ---------------------------------------------------------------- down
+    def delete(self) -> None:
+        if self._claim is None:
+            return
+        if self._recorded:
+            conn = self._conn or _connect(self._cloud or "", self._clouds_yaml)
+            _undeploy(
+                conn,
+                self._cloud or "",
+                self._clouds_yaml,
+                dict(self._recorded),
+                label=self.run_label,
+                timeout=max(float(self._options.get("deploy_timeout", 1800)), SETTLE_TIMEOUT_S),
+                interval=float(self._options.get("poll_interval", 1.0)),
+                artifacts_dir=self._artifacts,
+            )
+        self._recorded = {}
+        self._picked = []
+        self._claim.release()  # only once the nodes are back: a failed down() leaves the run to a sweep
+        self._claim = None
+
+    # --------------------------------------------------------------- sweep
+    @classmethod
+    def sweep(cls, label: str, objects: list[dict[str, Any]], report: SweepReport) -> None:
+        """Undeploy the nodes run ``label`` recorded that are still deployed (not those a live run recorded)."""
+        by_cloud: dict[tuple[str, str | None], dict[str, str]] = {}
+        for obj in objects:
+            if obj.get("kind") == NODE_KIND and obj.get("node") and obj.get("cloud"):
+                place = (str(obj["cloud"]), obj.get("clouds_yaml") or None)
+                by_cloud.setdefault(place, {})[str(obj["node"])] = str(obj.get("name") or obj["node"])
+        if not by_cloud:
+            return
+        live = _taken_by_live_runs()
+        for (cloud, clouds_yaml), nodes in by_cloud.items():
+            if clouds_yaml and not Path(clouds_yaml).is_file():  # e.g. a test's Ironic, gone with its folder
+                report.skip(f"run {label}: ironic nodes {', '.join(nodes.values())}: {clouds_yaml} is gone")
+                continue
+            try:
+                conn = _connect(cloud, clouds_yaml)
+                mine = {}
+                for node_id, name in nodes.items():
+                    if node_id in live:
+                        report.skip(f"run {label}: ironic node {name} is recorded by a live run")
+                        continue
+                    node = _node_state(conn, node_id)
+                    if node is not None and node.provision_state in TAKEN:
+                        mine[node_id] = name
+                if report.dry_run:
+                    report.add("ironic nodes", *(f"{n} ({i}, cloud {cloud})" for i, n in mine.items()))
+                    continue
+                if mine:
+                    _undeploy(conn, cloud, clouds_yaml, mine, label=label, timeout=1800, interval=1.0)
+                    report.add("ironic nodes", *(f"{n} ({i}, cloud {cloud})" for i, n in mine.items()))
+            except Exception as exc:  # noqa: BLE001 - one cloud's failure is reported, the sweep goes on
+                report.error(f"run {label}: ironic nodes in cloud {cloud}: {exc}")
+
+    @classmethod
+    def discover(cls) -> dict[str, list[dict[str, Any]]]:
+        """What the run registry's claims (live and dead) say this provider deployed and is still deployed.
+
+        Ironic nodes cannot carry a run label through the ``openstack.cloud`` modules, so a run that left
+        no claim cannot be found here: only recorded nodes are reported.
+        """
+        found: dict[str, list[dict[str, Any]]] = {}
+        conns: dict[tuple[str, str | None], Any] = {}
+        for label, objects in _recorded_nodes().items():
+            for obj in objects:
+                place = (str(obj.get("cloud") or ""), obj.get("clouds_yaml") or None)
+                if place[1] and not Path(place[1]).is_file():
+                    continue
+                try:
+                    if place not in conns:
+                        conns[place] = _connect(*place)
+                    node = _node_state(conns[place], str(obj.get("node")))
+                except Exception:  # noqa: BLE001, S112 - a cloud that does not answer has nothing to find
+                    continue
+                if node is not None and node.provision_state in TAKEN:
+                    found.setdefault(label, []).append(obj)
+        return found
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "run_label": self.run_label, "cloud": self._cloud}
+
+
+def _recorded_nodes() -> dict[str, list[dict[str, Any]]]:
+    """Every run state file's ironic-node entries, by label, read without locking (a sweep may hold one)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    folder = runs_dir()
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        if not is_valid_label(path.stem):
+            continue
+        try:
+            data = json.loads(path.read_text() or "{}")
+        except (OSError, ValueError):  # gone, or being written: the next discover sees it
+            continue
+        objects = data.get("objects") if isinstance(data, dict) else None
+        nodes = [o for o in objects or [] if isinstance(o, dict) and o.get("kind") == NODE_KIND]
+        if nodes:
+            found[path.stem] = nodes
+    return found
+
+
+def _taken_by_live_runs() -> set[str]:
+    """Node ids recorded by runs whose controller is alive (this one included)."""
+    return {str(o.get("node")) for info in live_runs() for o in info.of_kind(NODE_KIND)}
+
+
+def _undeploy(
+    conn: Any,
+    cloud: str,
+    clouds_yaml: str | None,
+    nodes: dict[str, str],
+    *,
+    label: str,
+    timeout: float,
+    interval: float,
+    artifacts_dir: Path | None = None,
+) -> None:
+    """Undeploy those of ``nodes`` (id -> name) that are deployed, and wait until they are available again."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while True:  # a node still deploying cannot be undeployed: let it settle first
+        states = {i: _node_state(conn, i) for i in nodes}
+        moving = [i for i, n in states.items() if n is not None and n.provision_state in MOVING]
+        if not moving or time.monotonic() > deadline:
+            break
+        time.sleep(interval)
+    todo = {i: nodes[i] for i, n in states.items() if n is not None and n.provision_state in DEPLOYED | MOVING}
+    if not todo:
+        return
+    undeploy = [i for i in todo if states[i].provision_state in DEPLOYED]
+    if undeploy:
+        nodes_down = [{"id": i, "name": todo[i]} for i in undeploy]
+        run_node_playbook(
+            "down.yml", cloud, nodes_down, label=label, clouds_yaml=clouds_yaml, artifacts_dir=artifacts_dir
+        )
+    _wait_for(conn, todo, "available", timeout, interval, "undeploy")

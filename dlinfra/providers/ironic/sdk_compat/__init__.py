@@ -1,0 +1,1 @@
+"""A ``sitecustomize`` put on PYTHONPATH for the Ironic playbooks only (see ``sitecustomize.py``)."""

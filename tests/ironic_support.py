@@ -1,0 +1,73 @@
+"""A real standalone Ironic for the ``ironic`` provider's tests, started once per test process.
+
+The ``fake-hardware`` nodes it holds go through Ironic's real state machine but have no machine behind
+them to SSH into: the tests enroll nodes named after the local testbed's hosts, and those hosts stand in
+for the deployed machines (the provider reaches a node as the inventory host of the same name).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from support import need
+
+RESOURCE_CLASS = "dlinfra-test"
+_STATE: dict[str, Any] = {}
+
+
+def ironic_service() -> Any:
+    """The running :class:`~dlinfra.testbed.ironic.IronicService`; OS_CLIENT_CONFIG_FILE and OS_CLOUD point at it.
+
+    Skips on a developer machine without the Ironic venv (``make openstack``); fails in CI.
+    """
+    from dlinfra.testbed.ironic import IronicService, ironic_available, openstack_venv
+
+    if "service" not in _STATE:
+        need(ironic_available(), f"Ironic in {openstack_venv()} (make openstack)")
+        folder = Path(tempfile.mkdtemp(prefix="dlinfra-ironic-test-"))
+        started = time.monotonic()
+        service = IronicService().start(folder)
+        _STATE["start_s"] = time.monotonic() - started
+        _STATE["service"] = service
+
+        def stop() -> None:
+            service.stop()
+            shutil.rmtree(folder, ignore_errors=True)
+
+        atexit.register(stop)
+    service = _STATE["service"]
+    os.environ.update(service.env())
+    return service
+
+
+def connection() -> Any:
+    import openstack
+
+    service = ironic_service()
+    return openstack.connect(cloud=service.cloud)
+
+
+def enroll(name: str, resource_class: str = RESOURCE_CLASS, poll: float = 0.05) -> Any:
+    """A fake-hardware node ``name``, ``available`` and powered off (as a real idle node); reused if there."""
+    conn = connection()
+    from openstack.exceptions import NotFoundException
+
+    try:
+        node = conn.baremetal.get_node(name)
+    except NotFoundException:
+        node = conn.register_machine(
+            nics=[], name=name, driver="fake-hardware", resource_class=resource_class, wait=False
+        )
+    deadline = time.monotonic() + 60
+    while (node := conn.baremetal.get_node(node.id)).provision_state != "available":
+        assert time.monotonic() < deadline, f"node {name} stuck in {node.provision_state}: {node.last_error}"
+        time.sleep(poll)
+    if node.power_state != "power off":
+        conn.baremetal.set_node_power_state(node.id, "power off")
+    return conn.baremetal.get_node(node.id)
