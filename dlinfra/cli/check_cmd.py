@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from dlinfra.cli.common import store_from
+from dlinfra.cli.common import seed_option, statistic_option, store_from
 from dlinfra.errors import DlinfraError
 
 #: Exit status: every expectation holds / one fails / none fails but some could not be checked.
@@ -25,14 +25,8 @@ summary on stderr. See docs/compare.md.
 
 @click.command(epilog=EPILOG)
 @click.argument("campaign", default="latest")
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap RNG seed (the report's default).")
-@click.option(
-    "--statistic",
-    type=click.Choice(["mean", "trimmed"]),
-    default="mean",
-    show_default=True,
-    help="mean = every run; trimmed = drop each layer's fastest and slowest run (MLPerf style, >= 3 runs).",
-)
+@seed_option
+@statistic_option
 @click.pass_context
 def check(ctx: click.Context, campaign: str, seed: int, statistic: str) -> int:
     """Check CAMPAIGN (id, unique prefix, name, 'latest' or 'latest~N') against the

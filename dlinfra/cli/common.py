@@ -25,3 +25,17 @@ def store_from(ctx: click.Context) -> ResultsStore:
     """The results store named by the global --db option (or its default)."""
     root = ctx.find_root()
     return open_store(root.obj.db if root.obj else None)
+
+
+#: ``--seed``: the bootstrap's RNG seed, for every command that draws intervals.
+seed_option = click.option(
+    "--seed", type=int, default=0, show_default=True, help="Bootstrap RNG seed (same seed, same output)."
+)
+#: ``--statistic``: the outlier policy of every command that summarises repeats.
+statistic_option = click.option(
+    "--statistic",
+    type=click.Choice(["mean", "trimmed"]),
+    default="mean",
+    show_default=True,
+    help="mean = every run; trimmed = drop each layer's fastest and slowest run (MLPerf style, >= 3 runs).",
+)

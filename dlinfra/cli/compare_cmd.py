@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from dlinfra.cli.common import console, err_console, store_from
+from dlinfra.cli.common import console, err_console, seed_option, statistic_option, store_from
 from dlinfra.errors import DlinfraError
 
 EPILOG = """\b
@@ -41,17 +41,28 @@ different (the CI holds 0). Cells in one campaign only are listed. See docs/comp
     show_default=True,
     help="Which view --format csv writes (the other formats show both).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap RNG seed (same seed, same output).")
+@seed_option
+@statistic_option
 @click.option(
-    "--statistic",
-    type=click.Choice(["mean", "trimmed"]),
-    default="mean",
+    "--threshold",
+    type=float,
+    default=0.0,
     show_default=True,
-    help="mean = every run; trimmed = drop each layer's fastest and slowest run (MLPerf style, >= 3 runs).",
+    metavar="PCT",
+    help="A change whose whole CI lies within +-PCT percent is 'no difference' too (practical equivalence).",
 )
 @click.pass_context
 def compare(
-    ctx: click.Context, a: str, b: str, metric: str, fmt: str, out: Path | None, view: str, seed: int, statistic: str
+    ctx: click.Context,
+    a: str,
+    b: str,
+    metric: str,
+    fmt: str,
+    out: Path | None,
+    view: str,
+    seed: int,
+    statistic: str,
+    threshold: float,
 ) -> None:
     """Compare campaign B against campaign A (ids, unique prefixes, names, 'latest' or
     'latest~N'): the change of the metric per matched cell with a bootstrap 95% CI
@@ -60,7 +71,7 @@ def compare(
     from dlinfra.report.render import render
 
     with store_from(ctx) as store:
-        result = build_compare(store, a, b, metric, seed=seed, statistic=statistic)
+        result = build_compare(store, a, b, metric, seed=seed, statistic=statistic, threshold_pct=threshold)
     width = console.width if console.is_terminal and out is None else None
     text = render(result, fmt, width=width, view=view)
     if out is None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from dlinfra.cli.common import console, err_console, store_from
+from dlinfra.cli.common import console, err_console, seed_option, statistic_option, store_from
 from dlinfra.errors import DlinfraError
 
 EPILOG = """\b
@@ -72,14 +72,8 @@ VIEWS = (
     show_default=True,
     help="Which view --format csv writes (the other formats show every view).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap RNG seed (same seed, same report).")
-@click.option(
-    "--statistic",
-    type=click.Choice(["mean", "trimmed"]),
-    default="mean",
-    show_default=True,
-    help="mean = every run; trimmed = drop each layer's fastest and slowest run (MLPerf style, >= 3 runs).",
-)
+@seed_option
+@statistic_option
 @click.pass_context
 def report(
     ctx: click.Context,

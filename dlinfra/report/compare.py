@@ -50,10 +50,12 @@ METADATA_FIELDS = (
     "tf_version",
     "payload_hash",
     "physical_host",
-    "hostname",
     "provider",
     "emulated",
 )
+#: ``target_details`` that name one run's objects or time it (a container's or guest's name carries the run's
+#: label): they differ between any two campaigns and say nothing about the testbed.
+RUN_SPECIFIC_DETAILS = frozenset({"container", "domain", "boot_to_ssh_s", "published_ports"})
 ONLY_A, ONLY_B = "only in A", "only in B"
 
 
@@ -84,16 +86,24 @@ def _side(store: ResultsStore, campaign: str, metric: Metric, statistic: str) ->
     return Side(campaign_id, row.get("name", campaign_id), good, runs, frozenset(ran))
 
 
-def _change(a: pd.Series, b: pd.Series, metric: Metric, seed: int) -> tuple[float, float, float, str]:
-    """B's mean against A's in percent (positive = a larger metric) with its CI, and the verdict on speed."""
+def _change(
+    a: pd.Series, b: pd.Series, metric: Metric, seed: int, threshold_pct: float = 0.0
+) -> tuple[float, float, float, str]:
+    """B's mean against A's in percent (positive = a larger metric) with its CI, and the verdict on speed.
+
+    ``threshold_pct``: a change whose whole CI lies within +-threshold is "no difference" too (practical
+    equivalence, as a reference's tolerance in ReFrame): two runs of one testbed drift by a few percent.
+    """
     point, low, high = stats.bootstrap_overhead(a.to_numpy(), b.to_numpy(), metric.higher_is_better, seed)
     verdict = stats.verdict(low, high)  # overhead > 0 is worse, i.e. slower
+    if threshold_pct > 0 and -threshold_pct <= low and high <= threshold_pct:
+        verdict = stats.SAME
     if metric.higher_is_better:  # overhead = (A - B) / A: the change is its negative
         point, low, high = -point, -high, -low
     return point, low, high, verdict
 
 
-def compare_cells(a: Side, b: Side, metric: Metric, seed: int) -> pd.DataFrame:
+def compare_cells(a: Side, b: Side, metric: Metric, seed: int, threshold_pct: float = 0.0) -> pd.DataFrame:
     """One row per workload x config x layer of either campaign; unmatched ones say which side has them."""
     key = ["workload", "config_label", "layer"]
     groups_a = {k: g["value"] for k, g in a.values.groupby(key, sort=False)}
@@ -107,7 +117,7 @@ def compare_cells(a: Side, b: Side, metric: Metric, seed: int) -> pd.DataFrame:
         elif vb is None:
             verdict = "no successful run in B" if k in b.ran else ONLY_A
         else:
-            point, low, high, verdict = _change(va, vb, metric, stats.stable_seed(seed, "compare", *k))
+            point, low, high, verdict = _change(va, vb, metric, stats.stable_seed(seed, "compare", *k), threshold_pct)
         rows.append(
             {
                 "workload": k[0],
@@ -150,7 +160,8 @@ def metadata(runs: pd.DataFrame, targets: Sequence[dict[str, Any]] = ()) -> dict
         prov = record.get("provenance", {}) if isinstance(record, dict) else {}
         if prov.get("devices"):
             fields["devices"] = json.dumps(sorted(prov["devices"]))
-        _flatten("target_details", prov.get("target_details") or {}, fields)
+        details = {k: v for k, v in (prov.get("target_details") or {}).items() if k not in RUN_SPECIFIC_DETAILS}
+        _flatten("target_details", details, fields)
         fields.pop("target_details", None)  # an empty mapping adds no field
         for name, value in fields.items():
             out.setdefault((row["layer"], name), set()).add(value)
@@ -196,12 +207,22 @@ class CompareReport(Report):
         return (
             f"metric {self.metric} ({self.unit}, {better} is better); change_pct = (mean B - mean A) / mean A; "
             f"95% bootstrap CI over repeats (seed {self.seed}); verdict on B's speed, 'no difference' when the CI "
-            f"holds 0; {STATISTICS[self.statistic]}"
+            f"holds 0{self._threshold_note()}; {STATISTICS[self.statistic]}"
         )
+
+    def _threshold_note(self) -> str:
+        threshold = float(self.extra.get("threshold_pct", 0) or 0)
+        return f" or lies within +-{threshold:g}% (--threshold)" if threshold else ""
 
 
 def build_compare(
-    store: ResultsStore, a: str, b: str, metric: str = "throughput", seed: int = 0, statistic: str = "mean"
+    store: ResultsStore,
+    a: str,
+    b: str,
+    metric: str = "throughput",
+    seed: int = 0,
+    statistic: str = "mean",
+    threshold_pct: float = 0.0,
 ) -> CompareReport:
     """Compare campaign B against campaign A (ids, prefixes, names, 'latest' or 'latest~N')."""
     if metric not in METRICS:
@@ -210,7 +231,9 @@ def build_compare(
         raise DlinfraError(f"unknown statistic {statistic!r}", f"use one of {', '.join(STATISTICS)}")
     m = METRICS[metric]
     side_a, side_b = _side(store, a, m, statistic), _side(store, b, m, statistic)
-    cells = compare_cells(side_a, side_b, m, seed)
+    if not (0 <= threshold_pct < 100):
+        raise DlinfraError(f"--threshold {threshold_pct:g} is not a percentage in [0, 100)", "e.g. --threshold 5")
+    cells = compare_cells(side_a, side_b, m, seed, threshold_pct)
     meta = metadata_diff(side_a.runs, side_b.runs, store.targets(side_a.campaign_id), store.targets(side_b.campaign_id))
     counts = cells["verdict"].value_counts()
     notes = [
@@ -231,7 +254,7 @@ def build_compare(
         warnings=[],
         notes=notes,
         statistic=statistic,
-        extra={"compare": {"a": side_a.campaign_id, "b": side_b.campaign_id}},
+        extra={"compare": {"a": side_a.campaign_id, "b": side_b.campaign_id}, "threshold_pct": threshold_pct},
         against_id=side_a.campaign_id,
         against_name=side_a.name,
     )

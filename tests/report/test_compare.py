@@ -43,6 +43,19 @@ def test_shift_is_found_with_the_right_sign(store, campaign):
     assert (back.loc[back["config"] == "batch_size=64 mode=single", "ci_low_pct"] > 0).all()
 
 
+def test_a_threshold_makes_a_small_drift_no_difference_but_not_a_real_change(store, campaign):
+    _fill(campaign("a"))
+    _fill(campaign("b"), shift=0.97)  # a 3% drift: significant at 2% noise over 8 repeats
+    cells = build_compare(store, "a", "b").views["compare"].set_index(["layer", "config"])
+    assert cells.loc[("bm", "batch_size=64 mode=single"), "verdict"] == "slower"
+    within = build_compare(store, "a", "b", threshold_pct=8)
+    assert set(within.views["compare"]["verdict"]) == {"no difference"}
+    assert "within +-8% (--threshold)" in within.subtitle
+    _fill(campaign("c"), shift=0.8)
+    far = build_compare(store, "a", "c", threshold_pct=8).views["compare"].set_index(["layer", "config"])
+    assert far.loc[("bm", "batch_size=64 mode=single"), "verdict"] == "slower"
+
+
 def test_lower_is_better_metric_keeps_the_verdict_on_speed(store, campaign):
     campaign("a").add("bm", draws(10, 2, 8, seed=1), metric="elapsed")
     campaign("b").add("bm", [v * 1.2 for v in draws(10, 2, 8, seed=1)], metric="elapsed")
