@@ -66,6 +66,7 @@ class Side:
     campaign_id: str
     name: str
     values: pd.DataFrame
+    #: The stored runs, records included (their provenance is the run metadata).
     runs: pd.DataFrame
     #: Every workload x config x layer with a stored run, successful or not.
     ran: frozenset[tuple[str, str, str]] = frozenset()
@@ -83,7 +84,8 @@ def _side(store: ResultsStore, campaign: str, metric: Metric, statistic: str) ->
         values, _ = trim_runs(values)
     good = values[values["ok"] & values["value"].notna()]
     ran = set(zip(values["workload"], values["config_label"], values["layer"], strict=True))
-    return Side(campaign_id, row.get("name", campaign_id), good, runs, frozenset(ran))
+    stored = pd.DataFrame(store.runs(campaign_id))  # with each record: its target_details are metadata too
+    return Side(campaign_id, row.get("name", campaign_id), good, stored, frozenset(ran))
 
 
 def _change(
