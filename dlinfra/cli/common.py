@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 
+from dlinfra.errors import DlinfraError
 from dlinfra.results.store import ResultsStore, open_store
 
 
@@ -39,3 +42,19 @@ statistic_option = click.option(
     show_default=True,
     help="mean = every run; trimmed = drop each layer's fastest and slowest run (MLPerf style, >= 3 runs).",
 )
+
+
+def emit_report(result: Any, fmt: str, out: Path | None, view: str) -> bool:
+    """Render a report (or a comparison) as ``fmt`` to stdout, or to the file ``out``; True when written to it."""
+    from dlinfra.report.render import render
+
+    width = console.width if console.is_terminal and out is None else None
+    text = render(result, fmt, width=width, view=view)
+    if out is None:
+        click.echo(text, nl=not text.endswith("\n"))
+        return False
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise DlinfraError(f"cannot write {out}: {exc.strerror or exc}", "choose another --out") from None
+    return True

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from dlinfra.cli.common import console, err_console, seed_option, statistic_option, store_from
-from dlinfra.errors import DlinfraError
+from dlinfra.cli.common import emit_report, err_console, seed_option, statistic_option, store_from
 
 EPILOG = """\b
 Examples:
@@ -68,17 +67,8 @@ def compare(
     'latest~N'): the change of the metric per matched cell with a bootstrap 95% CI
     and a verdict, cells that ran in one campaign only, and the metadata that differs."""
     from dlinfra.report.compare import build_compare
-    from dlinfra.report.render import render
 
     with store_from(ctx) as store:
         result = build_compare(store, a, b, metric, seed=seed, statistic=statistic, threshold_pct=threshold)
-    width = console.width if console.is_terminal and out is None else None
-    text = render(result, fmt, width=width, view=view)
-    if out is None:
-        click.echo(text, nl=not text.endswith("\n"))
-        return
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise DlinfraError(f"cannot write {out}: {exc.strerror or exc}", "choose another --out") from None
-    err_console.print(f"wrote {fmt} comparison of {result.against_id} and {result.campaign_id} to {out}")
+    if emit_report(result, fmt, out, view):
+        err_console.print(f"wrote {fmt} comparison of {result.against_id} and {result.campaign_id} to {out}")

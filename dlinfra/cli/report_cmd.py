@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from dlinfra.cli.common import console, err_console, seed_option, statistic_option, store_from
+from dlinfra.cli.common import emit_report, err_console, seed_option, statistic_option, store_from
 from dlinfra.errors import DlinfraError
 
 EPILOG = """\b
@@ -91,7 +91,6 @@ def report(
     against the baseline with a bootstrap 95% CI and a verdict, scaling,
     parameter-server and sync/async views, system use per role, and warnings."""
     from dlinfra.report.build import build_report
-    from dlinfra.report.render import render
 
     if view == "seed" and not compare_seed:
         raise DlinfraError("--view seed needs --compare-seed", "e.g. --compare-seed 000 --view seed")
@@ -99,15 +98,8 @@ def report(
         result = build_report(
             store, campaign, baseline, metric, seed=seed, compare_seed=compare_seed, statistic=statistic
         )
-    width = console.width if console.is_terminal and out is None else None
-    text = render(result, fmt, width=width, view=view)
-    if out is None:
-        click.echo(text, nl=not text.endswith("\n"))
+    if not emit_report(result, fmt, out, view):
         return
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise DlinfraError(f"cannot write {out}: {exc.strerror or exc}", "choose another --out") from None
     err_console.print(
         f"wrote {fmt} report of campaign {result.campaign_id} to {out} ({len(result.warnings)} warning(s))"
     )

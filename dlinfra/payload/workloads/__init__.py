@@ -108,6 +108,14 @@ def batch_spec(w: Workload, hidden: int, vocab: int, seq_len: int, num_classes: 
     raise ValueError(f"workload {w.name} has no synthetic batch spec (task {w.task!r})")
 
 
+def _imagenet(name: str, summary: str, image_size: int) -> Workload:
+    """An ImageNet-style classifier: 1000 classes, batch 32, SGD with momentum, images when given real data."""
+    return Workload(
+        name, "model", summary, 32, "images", "sgd-momentum", 0.01, image_size=image_size, num_classes=1000,
+        task="classify",
+    )  # fmt: skip
+
+
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in [
@@ -135,54 +143,10 @@ WORKLOADS: dict[str, Workload] = {
             image_size=32,
             task="classify",
         ),
-        Workload(
-            "alexnet",
-            "model",
-            "AlexNet (seeds 002, 004)",
-            32,
-            "images",
-            "sgd-momentum",
-            0.01,
-            image_size=224,
-            num_classes=1000,
-            task="classify",
-        ),
-        Workload(
-            "resnet50",
-            "model",
-            "ResNet-50 v1 (seed 002)",
-            32,
-            "images",
-            "sgd-momentum",
-            0.01,
-            image_size=224,
-            num_classes=1000,
-            task="classify",
-        ),
-        Workload(
-            "inception3",
-            "model",
-            "Inception v3 (seed 002)",
-            32,
-            "images",
-            "sgd-momentum",
-            0.01,
-            image_size=299,
-            num_classes=1000,
-            task="classify",
-        ),
-        Workload(
-            "vgg19",
-            "model",
-            "VGG-19 (Fathom, seed 001)",
-            32,
-            "images",
-            "sgd-momentum",
-            0.01,
-            image_size=224,
-            num_classes=1000,
-            task="classify",
-        ),
+        _imagenet("alexnet", "AlexNet (seeds 002, 004)", 224),
+        _imagenet("resnet50", "ResNet-50 v1 (seed 002)", 224),
+        _imagenet("inception3", "Inception v3 (seed 002)", 299),
+        _imagenet("vgg19", "VGG-19 (Fathom, seed 001)", 224),
         Workload(
             "seq2seq",
             "model",
