@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +59,27 @@ PASS_ENV = frozenset(
     }
 )  # fmt: skip
 PASS_ENV_PREFIXES = ("ANSIBLE_", "LC_")
+
+
+#: How Ansible reaches this machine: no SSH, and the controller's own Python (it has libvirt-python and
+#: openstacksdk, which the libvirt and OpenStack modules need).
+LOCAL_HOST: Mapping[str, Any] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+
+
+def new_ident(*parts: str) -> str:
+    """A run's ansible-runner ident (its artifacts folder): the parts, a timestamp and a tie-breaker."""
+    return "-".join([*parts, time.strftime("%Y%m%dT%H%M%S"), str(time.monotonic_ns() % 100000)])
+
+
+def _inventory_host_vars(inventory: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Every host's variables in an inventory given as data (``all.hosts`` and each group's ``hosts``)."""
+    found: list[Mapping[str, Any]] = []
+    groups: list[Mapping[str, Any]] = [g for g in inventory.values() if isinstance(g, Mapping)]
+    while groups:
+        group = groups.pop()
+        found += [v for v in (group.get("hosts") or {}).values() if isinstance(v, Mapping)]
+        groups += [g for g in (group.get("children") or {}).values() if isinstance(g, Mapping)]
+    return found
 
 
 @dataclass
@@ -272,7 +295,7 @@ def run_playbook(
     playbook: str | Path,
     *,
     targets: list[Target] | None = None,
-    inventory: Path | None = None,
+    inventory: Path | Mapping[str, Any] | None = None,
     extravars: dict[str, Any] | None = None,
     artifacts_dir: Path | None = None,
     ident: str | None = None,
@@ -282,7 +305,8 @@ def run_playbook(
     limit: str | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> PlaybookResult:
-    """Run ``playbook`` against ``targets`` (or an existing ``inventory``) and report per host."""
+    """Run ``playbook`` against ``targets``, or an ``inventory`` (a file, or data written privately here), and
+    report per host."""
     from ansible_runner.interface import init_runner
 
     book = Path(playbook)
@@ -303,12 +327,21 @@ def run_playbook(
             inv_path = private / "inventory.yml"
             inv_path.write_text(yaml.safe_dump(inventory_for(targets), sort_keys=False))
             hosts = [t.name for t in targets]
+        elif isinstance(inventory, Mapping):  # given as data: written here, private like the extra vars
+            inv_path = private / "inventory.yml"
+            inv_path.write_text(yaml.safe_dump(dict(inventory), sort_keys=False))
+            hosts = []
         elif inventory is not None:
             inv_path = Path(inventory)
             hosts = []
         else:
             raise DlinfraError("run_playbook needs targets or an inventory")
-        _register_secrets(extravars, [t.ansible_vars() for t in targets or []], inv_path if targets is None else None)
+        if isinstance(inventory, Mapping):
+            _register_secrets(extravars, _inventory_host_vars(inventory), None)
+        else:
+            _register_secrets(
+                extravars, [t.ansible_vars() for t in targets or []], inv_path if targets is None else None
+            )
         # Extra vars in a private file (-e @file), not on the command line, where ps and `command` would show them.
         (private / "env").mkdir(mode=0o700)
         extravars_file = private / "env" / "extravars"

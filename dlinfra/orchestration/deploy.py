@@ -23,7 +23,7 @@ from rich.console import Console
 
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.images.wheelhouse import Wheelhouse, build_wheelhouse
-from dlinfra.orchestration.ansible import PlaybookResult, run_playbook
+from dlinfra.orchestration.ansible import PlaybookResult, new_ident, run_playbook
 from dlinfra.providers.base import Target
 
 
@@ -124,7 +124,7 @@ def deploy(
             "payload_pip_compile": compile_bytecode,
         },
         artifacts_dir=artifacts_dir,
-        ident=f"deploy-{time.strftime('%Y%m%dT%H%M%S')}-{time.monotonic_ns() % 100000}",
+        ident=new_ident("deploy"),
         console=console,
         quiet=quiet,
     )

@@ -13,17 +13,13 @@ testbed, not of a host.
 
 from __future__ import annotations
 
-import sys
-import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from dlinfra.errors import TargetError
+from dlinfra.orchestration.ansible import LOCAL_HOST, new_ident, run_playbook
 from dlinfra.orchestration.progress import phase
 
 PREPARE_PLAYBOOK = "prepare.yml"
@@ -34,8 +30,6 @@ GROUPS: Mapping[Role, str] = {
     "podman": "dlinfra_podman_hosts",
     "libvirt": "dlinfra_hypervisors",
 }
-#: How Ansible reaches this machine: no SSH, and the controller's own Python (it has libvirt-python).
-LOCAL: Mapping[str, Any] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,7 +45,7 @@ class HostToPrepare:
 
 def controller(role: Role, **settings: Any) -> HostToPrepare:
     """This machine, prepared for ``role`` (it builds images and reaches the local hypervisor)."""
-    return HostToPrepare("localhost", role, LOCAL, settings)
+    return HostToPrepare("localhost", role, LOCAL_HOST, settings)
 
 
 def inventory(hosts: Sequence[HostToPrepare]) -> dict[str, Any]:
@@ -60,7 +54,7 @@ def inventory(hosts: Sequence[HostToPrepare]) -> dict[str, Any]:
     groups: dict[str, dict[str, Any]] = {}
     for host in hosts:
         values = host_vars.setdefault(host.name, {})
-        values.update(host.reach or LOCAL)
+        values.update(host.reach or LOCAL_HOST)
         values[f"{host.role}_host_install"] = False
         values.update({f"{host.role}_host_{key}": value for key, value in host.settings.items()})
         groups.setdefault(GROUPS[host.role], {"hosts": {}})["hosts"][host.name] = None
@@ -72,20 +66,16 @@ def prepare(hosts: Sequence[HostToPrepare], *, artifacts_dir: Path | None = None
 
     Raises a TargetError naming the host and the task that failed (e.g. dockerd missing there).
     """
-    from dlinfra.orchestration.ansible import run_playbook
-
     if not hosts:
         return 0
     unique = list({(h.name, h.role): h for h in hosts}.values())  # several hosts may share one hypervisor
     described = ", ".join(sorted({f"{h.name} ({h.role})" for h in unique}))
-    with phase("prepare hosts", described), tempfile.TemporaryDirectory(prefix="dlinfra-prepare-") as folder:
-        path = Path(folder) / "hosts.yml"
-        path.write_text(yaml.safe_dump(inventory(unique)))
+    with phase("prepare hosts", described):
         result = run_playbook(
             PREPARE_PLAYBOOK,
-            inventory=path,
+            inventory=inventory(unique),
             artifacts_dir=artifacts_dir,
-            ident=f"prepare-{time.strftime('%Y%m%dT%H%M%S')}-{time.monotonic_ns() % 100000}",
+            ident=new_ident("prepare"),
             quiet=True,
         )
         if not result.ok:  # raised inside the phase, so its end line says it failed

@@ -18,7 +18,8 @@ import pytest
 from support import need, need_binary
 
 from dlinfra.errors import TargetError
-from dlinfra.providers.host_prep import LOCAL, HostToPrepare, controller, inventory, prepare
+from dlinfra.orchestration.ansible import LOCAL_HOST
+from dlinfra.providers.host_prep import HostToPrepare, controller, inventory, prepare
 
 
 def test_inventory_puts_each_host_in_its_roles_group() -> None:
@@ -39,7 +40,7 @@ def test_inventory_puts_each_host_in_its_roles_group() -> None:
     assert local["libvirt_host_uri"] == "qemu:///system" and local["libvirt_host_pool_name"] == "p1"
     remote = inv["hosts"]["node-2"]
     assert remote == {"ansible_host": "10.0.0.2", "ansible_user": "ops", "podman_host_install": False}
-    assert LOCAL["ansible_connection"] == "local"
+    assert LOCAL_HOST["ansible_connection"] == "local"
 
 
 def _libvirt_answers() -> bool:

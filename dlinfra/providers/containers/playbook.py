@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -137,7 +136,7 @@ def play(
     book: str, hosts: list[PlayHost], run_id: str, *, artifacts_dir: Path | None = None, quiet: bool = True
 ) -> PlaybookResult:
     """Run ``book`` (:data:`UP` or :data:`DOWN`) for these hosts through the wrapper; raise on any failure."""
-    from dlinfra.orchestration.ansible import run_playbook
+    from dlinfra.orchestration.ansible import new_ident, run_playbook
 
     with tempfile.TemporaryDirectory(prefix="dlinfra-ctr-") as tmp:
         where = Path(artifacts_dir) if artifacts_dir else Path(tmp)
@@ -148,7 +147,7 @@ def play(
             book,
             inventory=inv,
             artifacts_dir=artifacts_dir,
-            ident=f"ctr-{Path(book).stem}-{run_id}-{time.strftime('%Y%m%dT%H%M%S')}-{time.monotonic_ns() % 100000}",
+            ident=new_ident("ctr", Path(book).stem, run_id),
             quiet=quiet,
         )
     result.raise_for_failure()

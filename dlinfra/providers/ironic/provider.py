@@ -25,15 +25,11 @@ import contextlib
 import json
 import os
 import secrets
-import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
-
-import yaml
 
 from dlinfra.errors import DlinfraError, SpecError, TargetError
 from dlinfra.inventory import InventoryHost
@@ -119,18 +115,15 @@ def run_node_playbook(
     artifacts_dir: Path | None = None,
 ) -> None:
     """Run ``playbooks/providers/ironic/BOOK`` here (``connection: local``, this Python) on ``nodes``."""
-    from dlinfra.orchestration.ansible import run_playbook
+    from dlinfra.orchestration.ansible import LOCAL_HOST, new_ident, run_playbook
 
-    hosts = {"ironic": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}
-    with tempfile.TemporaryDirectory(prefix="dlinfra-ironic-") as folder, _playbook_env(clouds_yaml):
-        inventory = Path(folder) / "ironic.yml"
-        inventory.write_text(yaml.safe_dump({"all": {"children": {"dlinfra_ironic": {"hosts": hosts}}}}))
+    with _playbook_env(clouds_yaml):
         result = run_playbook(
             f"providers/ironic/{book}",
-            inventory=inventory,
+            inventory={"all": {"children": {"dlinfra_ironic": {"hosts": {"ironic": dict(LOCAL_HOST)}}}}},
             extravars={"ironic_cloud": cloud, "ironic_nodes": nodes},
             artifacts_dir=artifacts_dir,
-            ident=f"ironic-{Path(book).stem}-{label}-{time.strftime('%Y%m%dT%H%M%S')}-{time.monotonic_ns() % 100000}",
+            ident=new_ident("ironic", Path(book).stem, label),
             quiet=True,
         )
     result.raise_for_failure()

@@ -24,18 +24,14 @@ import secrets
 import shutil
 import socket
 import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from dlinfra.cache import cache_root
 from dlinfra.errors import SpecError, TargetError
-from dlinfra.orchestration.ansible import PlaybookResult, run_playbook
+from dlinfra.orchestration.ansible import LOCAL_HOST, PlaybookResult, new_ident, run_playbook
 from dlinfra.orchestration.progress import note, say
 from dlinfra.orchestration.runs_registry import RunClaim, claim
 from dlinfra.payload.cpuset import format_cpuset
@@ -674,19 +670,15 @@ def run_guest_playbook(
     The modules run under this Python, which has libvirt-python; ``host`` is the hypervisor's name in
     the play's output and errors.
     """
-    hosts = {host: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}
-    label = extravars.get("libvirt_guest_run_label", "all")
-    with tempfile.TemporaryDirectory(prefix="dlinfra-libvirt-") as folder:
-        inventory = Path(folder) / "hypervisors.yml"
-        inventory.write_text(yaml.safe_dump({"all": {"children": {"dlinfra_hypervisors": {"hosts": hosts}}}}))
-        return run_playbook(
-            book,
-            inventory=inventory,
-            extravars={"libvirt_guest_uri": uri, **extravars},
-            artifacts_dir=artifacts_dir,
-            ident=f"{Path(book).stem}-{label}-{time.strftime('%Y%m%dT%H%M%S')}-{time.monotonic_ns() % 100000}",
-            quiet=True,
-        )
+    label = str(extravars.get("libvirt_guest_run_label", "all"))
+    return run_playbook(
+        book,
+        inventory={"all": {"children": {"dlinfra_hypervisors": {"hosts": {host: dict(LOCAL_HOST)}}}}},
+        extravars={"libvirt_guest_uri": uri, **extravars},
+        artifacts_dir=artifacts_dir,
+        ident=new_ident(Path(book).stem, label),
+        quiet=True,
+    )
 
 
 def remove_run(
