@@ -11,9 +11,16 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+#: (start, end) on time.monotonic() of every first-time build (a cache miss) in this process.
+_BUILDS: list[tuple[float, float]] = []
+_BUILDS_LOCK = threading.Lock()
 
 
 def cache_root() -> Path:
@@ -53,3 +60,27 @@ def keep_recent(entry: Path, keep: int, grace_s: float = 600.0) -> list[Path]:
             shutil.rmtree(old, ignore_errors=True)
             removed.append(old)
     return removed
+
+
+@contextmanager
+def building() -> Iterator[None]:
+    """Mark a first-time build (a cache miss): a campaign's efficiency leaves its time out, since a second
+    run with the same inputs does not pay it."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        with _BUILDS_LOCK:
+            _BUILDS.append((started, time.monotonic()))
+
+
+def build_seconds(since: float) -> float:
+    """Seconds since ``since`` (a time.monotonic value) spent in builds; nested or overlapping builds once."""
+    with _BUILDS_LOCK:
+        spans = sorted((max(start, since), end) for start, end in _BUILDS if end > since)
+    total, reached = 0.0, since
+    for start, end in spans:
+        if end > reached:
+            total += end - max(start, reached)
+            reached = end
+    return total

@@ -111,6 +111,12 @@ def run(
         f"{result.skipped} skipped (already stored)"
         + (" — interrupted; stored cells are kept, rerun with --resume" if result.interrupted else retry)
     )
+    if result.efficiency is not None:
+        builds = f"; first-time builds ({result.build_s:.0f} s) left out" if result.build_s >= 0.5 else ""
+        console.print(
+            f"campaign efficiency {result.efficiency:.2f}: the payloads measured {result.payload_s:.0f} s "
+            f"of {result.wall_s - result.build_s:.0f} s wall time{builds}"
+        )
     if result.interrupted:
         return 130
     return 1 if result.failed else 0

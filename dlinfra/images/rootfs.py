@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlinfra.cache import cache_dir
+from dlinfra.cache import building, cache_dir
 from dlinfra.errors import DlinfraError
 from dlinfra.orchestration.progress import note
 
@@ -63,7 +63,7 @@ def build_rootfs(spec: RootfsSpec = RootfsSpec()) -> Path:
     if shutil.which("debootstrap") is None:
         raise DlinfraError("debootstrap is not installed", "apt-get install debootstrap (scripts/install-deps.sh)")
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix="build-") as tmp:
+    with building(), tempfile.TemporaryDirectory(dir=out_dir, prefix="build-") as tmp:
         root = Path(tmp) / "root"
         cmd = [
             "debootstrap",

@@ -27,7 +27,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlinfra.cache import cache_dir, cache_key, keep_recent
+from dlinfra.cache import building, cache_dir, cache_key, keep_recent
 from dlinfra.errors import DlinfraError
 
 LOCK_NAME = "requirements.lock"
@@ -113,15 +113,16 @@ def _build_deps(pins: list[str], key: dict[str, str]) -> Path:
     target = cache_dir("wheelhouse-deps", key)
     if (target / _DONE).exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
-    try:
-        _pip(["wheel", "--disable-pip-version-check", "--wheel-dir", str(tmp), *pins], "payload requirements")
-        (tmp / _DONE).write_text("\n".join(pins) + "\n")
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with building():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
+        try:
+            _pip(["wheel", "--disable-pip-version-check", "--wheel-dir", str(tmp), *pins], "payload requirements")
+            (tmp / _DONE).write_text("\n".join(pins) + "\n")
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
@@ -189,6 +190,32 @@ def _lock_line(wheel: Path) -> str:
 KEEP_WHEELHOUSES = 4
 
 
+def _assemble(final: Path, deps: Path, root: Path) -> None:
+    """Link the dependency wheels, build dlinfra's own, write the locks and the tar; atomically into ``final``."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
+    try:
+        for wheel in deps.glob("*.whl"):
+            try:
+                os.link(wheel, tmp / wheel.name)
+            except OSError:
+                shutil.copy2(wheel, tmp / wheel.name)
+        own, payload_hash = _build_self(root, tmp)
+        (tmp / HASH_NAME).write_text(payload_hash + "\n")
+        wheels = sorted(tmp.glob("*.whl"))
+        (tmp / LOCK_NAME).write_text(
+            "# Written by dlinfra: every wheel of the payload, pinned by sha256.\n"
+            + "".join(_lock_line(w) + "\n" for w in wheels)
+        )
+        (tmp / SELF_LOCK_NAME).write_text(_lock_line(own) + "\n")
+        _tar(tmp, [w.name for w in wheels] + [LOCK_NAME, SELF_LOCK_NAME, HASH_NAME])
+        (tmp / _DONE).write_text("")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def build_wheelhouse(extra: str = "payload") -> Wheelhouse:
     """The wheelhouse for this controller's sources (built once per input set, then reused)."""
     root = project_root()
@@ -201,28 +228,8 @@ def build_wheelhouse(extra: str = "payload") -> Wheelhouse:
     deps = _build_deps(pins, deps_key)
     final = cache_dir("wheelhouse", {"deps": cache_key(deps_key), "source": source_hash(root)})
     if not (final / _DONE).exists():
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
-        try:
-            for wheel in deps.glob("*.whl"):
-                try:
-                    os.link(wheel, tmp / wheel.name)
-                except OSError:
-                    shutil.copy2(wheel, tmp / wheel.name)
-            own, payload_hash = _build_self(root, tmp)
-            (tmp / HASH_NAME).write_text(payload_hash + "\n")
-            wheels = sorted(tmp.glob("*.whl"))
-            (tmp / LOCK_NAME).write_text(
-                "# Written by dlinfra: every wheel of the payload, pinned by sha256.\n"
-                + "".join(_lock_line(w) + "\n" for w in wheels)
-            )
-            (tmp / SELF_LOCK_NAME).write_text(_lock_line(own) + "\n")
-            _tar(tmp, [w.name for w in wheels] + [LOCK_NAME, SELF_LOCK_NAME, HASH_NAME])
-            (tmp / _DONE).write_text("")
-            shutil.rmtree(final, ignore_errors=True)
-            tmp.rename(final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        with building():
+            _assemble(final, deps, root)
     keep_recent(final, KEEP_WHEELHOUSES)
     lock = final / LOCK_NAME
     return Wheelhouse(

@@ -25,6 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from dlinfra.cache import build_seconds
 from dlinfra.errors import DlinfraError, SpecError
 from dlinfra.images.wheelhouse import Wheelhouse, build_wheelhouse
 from dlinfra.inventory import InventoryHost, match_pattern
@@ -64,6 +65,20 @@ class CampaignResult:
     deploy_changed: int = 0
     #: Layers that did not come up or could not be deployed to; their cells are stored as failed.
     layer_failures: list[LayerFailure] = field(default_factory=list)
+    #: The campaign's wall time (bring-up to tear-down) and how much of it went to first-time builds.
+    wall_s: float = 0.0
+    build_s: float = 0.0
+
+    @property
+    def payload_s(self) -> float:
+        """The payloads' own measured time, summed over the cells that ran."""
+        return sum(c.run.payload_elapsed_s or 0.0 for c in self.ran)
+
+    @property
+    def efficiency(self) -> float | None:
+        """Measured time over wall time without first-time builds: how much of the campaign was measuring."""
+        usable = self.wall_s - self.build_s
+        return self.payload_s / usable if self.ran and usable > 0 else None
 
     @property
     def failed(self) -> list[CellSummary]:
@@ -326,13 +341,16 @@ def run_campaign(
     artifacts = Path(artifacts) if artifacts else Path("artifacts") / cid
     skip = _layers_done(spec, hosts, inventory_path, store.done_cells(cid)) if resume else {}
     sweep_dead_runs(current_console())  # what crashed runs left (a --resume's own crash too) goes first
+    started = time.monotonic()
     with phase("wheelhouse"):
         wheelhouse = build_wheelhouse()  # once: the images and every target get these very bytes
     up = bring_up(spec, hosts, inventory_path, artifacts, wheelhouse, skip)
     try:  # whatever happens next (a deploy failure, Ctrl-C, a bad cell), what bring_up made is removed
-        return _measure(spec, store, cid, artifacts, up, wheelhouse, resume, skip_deploy)
+        result = _measure(spec, store, cid, artifacts, up, wheelhouse, resume, skip_deploy)
     finally:
         up.down()
+    result.wall_s, result.build_s = time.monotonic() - started, build_seconds(started)
+    return result
 
 
 def record_campaign(store: ResultsStore, cid: str, spec: CampaignSpec) -> None:

@@ -6,6 +6,7 @@ Real SSH (sshd per namespace), real Ansible (ansible-runner), real fabric, real 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -75,6 +76,10 @@ def test_demo_campaign_rows_name_the_real_host(deployed, tmp_path: Path) -> None
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "changed=0" in proc.stderr  # the session fixture deployed already
     assert time.monotonic() - started < 420
+    # The end says how much of the campaign's wall time the payloads were measuring.
+    efficiency = re.search(r"campaign efficiency (\d\.\d\d): the payloads measured (\d+) s of (\d+) s", proc.stdout)
+    assert efficiency, proc.stdout[-2000:]
+    assert 0 < float(efficiency[1]) <= 1 and 0 < int(efficiency[2]) <= int(efficiency[3])
     cells = _rows(db, "SELECT * FROM cells WHERE campaign_id = 'demo-it'")
     assert len(cells) == 3 and all(c["status"] == "ok" for c in cells)
     runs = _rows(db, "SELECT * FROM runs WHERE campaign_id = 'demo-it'")

@@ -220,3 +220,16 @@ def test_a_failed_layers_stand_ins_give_its_cells_the_hashes_they_have_when_it_c
     }
     expected = [c.hash for c in expand(spec, real)]
     assert [c.hash for c in expand(spec, stand_ins, unplaced={"ctr", "vm"})] == expected
+
+
+def test_build_seconds_counts_nested_and_overlapping_builds_once(monkeypatch) -> None:
+    """A campaign's efficiency leaves first-time builds out: a guest image build that builds its rootfs
+    inside, and a build running beside another, are counted once, and builds before ``since`` not at all."""
+    from dlinfra import cache
+
+    monkeypatch.setattr(cache, "_BUILDS", [(0.0, 5.0), (10.0, 20.0), (12.0, 15.0), (18.0, 25.0), (30.0, 31.0)])
+    assert cache.build_seconds(since=8.0) == pytest.approx(15.0 + 1.0)
+    assert cache.build_seconds(since=14.0) == pytest.approx(11.0 + 1.0)
+    with cache.building():
+        pass
+    assert len(cache._BUILDS) == 6

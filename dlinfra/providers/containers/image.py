@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlinfra.cache import cache_dir, cache_key, keep_recent
+from dlinfra.cache import building, cache_dir, cache_key, keep_recent
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.images.rootfs import RootfsSpec, build_rootfs
 from dlinfra.providers.containers.engine import Engine
@@ -84,16 +84,17 @@ def base_image(engine: Engine, named: str | None = None, spec: RootfsSpec | None
     tarball = build_rootfs(spec or RootfsSpec())
     tag = f"{BASE_REPO}:{tarball.parent.name}"  # the rootfs cache key: same inputs, same tag
     if not engine.exists("image", tag):
-        engine.run(
-            "import",
-            "--change",
-            "LABEL dlinfra.kind=base",
-            "--change",
-            'CMD ["/bin/bash"]',
-            str(tarball),
-            tag,
-            what="import rootfs",
-        )
+        with building():
+            engine.run(
+                "import",
+                "--change",
+                "LABEL dlinfra.kind=base",
+                "--change",
+                'CMD ["/bin/bash"]',
+                str(tarball),
+                tag,
+                what="import rootfs",
+            )
     return tag
 
 
@@ -185,12 +186,14 @@ def build_payload_image(
     lock_sha = hashlib.sha256(text.encode()).hexdigest()
     deps_tag = f"{DEPS_REPO}:{cache_key({'base': base_id, 'deps': sorted(deps)})}"
     if not engine.exists("image", deps_tag):
-        _install_layer(engine, base_ref, deps_tag, wheelhouse, deps, no_deps=False, labels={"dlinfra.kind": "deps"})
+        with building():
+            _install_layer(engine, base_ref, deps_tag, wheelhouse, deps, no_deps=False, labels={"dlinfra.kind": "deps"})
     tag = f"{PAYLOAD_REPO}:{lock_sha[:16]}"
     if not engine.exists("image", tag):
         if own:
             labels = {"dlinfra.kind": "payload", "dlinfra.lock_sha256": lock_sha}
-            _install_layer(engine, deps_tag, tag, wheelhouse, own, no_deps=True, labels=labels)
+            with building():
+                _install_layer(engine, deps_tag, tag, wheelhouse, own, no_deps=True, labels=labels)
         else:
             engine.run("tag", deps_tag, tag, what="tag payload image")
         prune_images(engine, PAYLOAD_REPO, keep={tag})
@@ -247,7 +250,8 @@ def save_image(engine: Engine, ref: str) -> Path:
     args = ["save", "-o", str(partial), ref]
     if engine.kind == "podman":
         args = ["save", "--format", "docker-archive", "-o", str(partial), ref]
-    engine.run(*args, what="save image", timeout=1800)
+    with building():
+        engine.run(*args, what="save image", timeout=1800)
     partial.rename(tarball)  # atomic: a half-written tarball is never taken for a cached one
     (folder / "meta.json").write_text(json.dumps({"engine": engine.kind, "id": image_id, "ref": ref}))
     keep_recent(folder, KEEP_SAVED_IMAGES)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dlinfra.cache import cache_dir, keep_recent
+from dlinfra.cache import building, cache_dir, keep_recent
 from dlinfra.errors import DlinfraError
 from dlinfra.images.rootfs import RootfsSpec, build_rootfs
 from dlinfra.orchestration.progress import note
@@ -308,7 +308,7 @@ def build_guest_image(
     tarball = build_rootfs(rootfs_spec)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}-build-") as tmp:
+    with building(), tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}-build-") as tmp:
         work = Path(tmp)
         root = work / "root"
         root.mkdir()
