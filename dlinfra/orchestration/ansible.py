@@ -35,6 +35,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from dlinfra import secrets
 from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.orchestration.orphans import CONTROLLER_ENV, controller_mark
 from dlinfra.orchestration.progress import note
 from dlinfra.providers.base import Target
 from dlinfra.transport.ssh import ANSIBLE_SSH_ARGS
@@ -389,7 +390,12 @@ def run_playbook(
                 ident=ident,
                 playbook=str(book),
                 inventory=str(inv_path),
-                envvars={"ANSIBLE_CONFIG": str(cfg), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"},
+                envvars={
+                    "ANSIBLE_CONFIG": str(cfg),
+                    "ANSIBLE_NOCOLOR": "1",
+                    "ANSIBLE_FORCE_COLOR": "0",
+                    CONTROLLER_ENV: controller_mark(),  # a sweep stops the playbook if this process dies
+                },
                 quiet=True,
                 suppress_env_files=True,
                 event_handler=handle,

@@ -4,7 +4,8 @@ Why: ``provider.down()`` runs in a ``finally``, which a SIGKILL, an OOM kill
 or a power cut skips. Every run claims its label in the run registry
 (:mod:`dlinfra.orchestration.runs_registry`) before it creates anything and
 records there where its objects go; a run whose lock is free is dead, and
-its objects are found from that record. Objects of runs that left no record
+its objects are found from that record. First it stops the ``ansible-playbook`` processes a dead controller left
+(:mod:`.orphans`). Objects of runs that left no record
 (runs from before the registry) are found by their labels: ``dlinfra.run`` on
 containers and networks of this machine's engines (its docker and podman, the
 testbed hosts' dockerds), ``dlinfra-r<8 hex>`` on libvirt guests, volumes and
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from dlinfra.errors import DlinfraError
+from dlinfra.orchestration.orphans import orphaned_playbooks, stop_orphaned_playbooks
 from dlinfra.orchestration.runs_registry import check_label, dead_runs, is_live, is_valid_label, take_over
 from dlinfra.orchestration.sweep_report import SweepReport
 
@@ -51,6 +53,9 @@ def sweep(
     report = SweepReport(dry_run=dry_run)
     if run_label is not None:
         check_label(run_label)
+    # First, so that no playbook of a dead controller goes on creating what the sweep removes.
+    orphans = orphaned_playbooks() if dry_run else stop_orphaned_playbooks()
+    report.add("ansible runs", *(f"ansible-playbook pid {pid}" for pid in orphans))
     recorded = {info.label: info.objects for info in dead_runs() if campaign is None or info.campaign == campaign}
     found = _discover(run_label) if discover and campaign is None else {}
     labels = sorted((set(recorded) | set(found)) if run_label is None else {run_label})

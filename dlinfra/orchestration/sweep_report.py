@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 #: Report kinds, in the order they are listed.
 KINDS = (
+    "ansible runs",
     "containers",
     "networks",
     "images",

@@ -10,6 +10,7 @@ test first checks the leftovers are there, so it cannot pass by killing too earl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -470,3 +471,65 @@ def test_testbed_down_without_its_state_file_finds_everything_by_name(tmp_path: 
         _assert_testbed_gone(name, st.bridge, [st.hosts[0].netns], [st.hosts[0].veth_host], [paths])
     finally:
         tb.down()
+
+
+_PLAYBOOK_CONTROLLER = """
+import sys
+from pathlib import Path
+from dlinfra.orchestration.ansible import LOCAL_HOST, run_playbook
+run_playbook(Path(sys.argv[1]), inventory={"all": {"hosts": {"localhost": dict(LOCAL_HOST)}}},
+             artifacts_dir=Path(sys.argv[2]), quiet=True, timeout=600)
+"""
+
+
+def _marked_processes(mark: bytes) -> dict[int, list[bytes]]:
+    """pid -> argv of every process whose environment holds ``mark``."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and any(e.startswith(mark) for e in (proc / "environ").read_bytes().split(b"\0")):
+                found[int(proc.name)] = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+    return found
+
+
+def test_sweep_stops_the_playbook_of_a_sigkilled_controller(tmp_path: Path) -> None:
+    """ansible-runner gives ansible-playbook a session of its own: a SIGKILLed controller left it running.
+    The sweep stops it (and only it: a playbook of a live controller is never an orphan)."""
+    from dlinfra.orchestration.orphans import orphaned_playbooks
+
+    need_binary("ansible-playbook")
+    book = tmp_path / "slow.yml"
+    book.write_text(
+        "- name: Outlive the controller\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: Sleep\n      ansible.builtin.command: sleep 300\n      changed_when: false\n"
+    )
+    controller = subprocess.Popen([sys.executable, "-c", _PLAYBOOK_CONTROLLER, str(book), str(tmp_path / "art")])
+    mark = f"DLINFRA_CONTROLLER={controller.pid}:".encode()
+    playbook = None
+    try:
+        deadline = time.monotonic() + 120
+        while playbook is None and time.monotonic() < deadline:  # until the task's sleep runs
+            time.sleep(0.5)
+            marked = _marked_processes(mark)
+            if any(argv[:2] == [b"sleep", b"300"] for argv in marked.values()):
+                playbook = next(pid for pid, argv in marked.items() if argv[1].endswith(b"ansible-playbook"))
+        assert playbook is not None, "the controller never started ansible-playbook"
+        assert playbook not in orphaned_playbooks()  # its controller is alive
+        controller.send_signal(signal.SIGKILL)
+        controller.wait(timeout=10)
+        time.sleep(1)
+        assert Path(f"/proc/{playbook}").exists(), "the playbook died with its controller: nothing to test"
+        assert playbook in orphaned_playbooks()
+        swept = run_cli("sweep", timeout=120)
+        assert swept.returncode == 0, swept.stdout + swept.stderr
+        assert f"ansible-playbook pid {playbook}" in swept.stdout, swept.stdout
+        time.sleep(0.5)
+        left = {pid: argv[:2] for pid, argv in _marked_processes(mark).items()}
+        assert not left, f"still running after the sweep: {left}"  # the playbook, its forks, its task's sleep
+    finally:
+        controller.kill()
+        if playbook is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(playbook, signal.SIGKILL)
