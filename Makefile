@@ -41,9 +41,13 @@ lint: setup
 test: setup daemons openstack lint
 	$(BIN)/pytest
 
+# Every benchmark appends its figures to one file; the last line prints them as one table, goals beside them.
+BENCH_FIGURES := artifacts/bench/figures.jsonl
 bench: setup daemons
-	$(BIN)/python bench/payload_overhead.py
-	$(BIN)/python bench/orchestration.py
+	rm -f $(BENCH_FIGURES)
+	DLINFRA_BENCH_FIGURES=$(BENCH_FIGURES) $(BIN)/python bench/payload_overhead.py || true
+	DLINFRA_BENCH_FIGURES=$(BENCH_FIGURES) $(BIN)/python bench/orchestration.py || true
+	$(BIN)/python bench/figures.py $(BENCH_FIGURES)
 
 clean:
 	rm -rf $(VENV) .venv-openstack .pytest_cache .ruff_cache

@@ -208,7 +208,8 @@ def _describe(exc: BaseException) -> str:
 
 
 def _leave(run: Run, code: int) -> int:
-    """Distributed processes leave at once (gRPC threads can keep a process alive)."""
+    """Distributed processes leave at once (gRPC threads can keep a process alive); single ones when
+    ``python -m dlinfra.payload`` returns (its __main__), so that callers in-process (tests) go on."""
     if run.cluster is not None:
         sys.stderr.flush()
         os._exit(code)
