@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,12 @@ def test_demo_campaign_rows_name_the_real_host(deployed, tmp_path: Path) -> None
     assert 0 < float(efficiency[1]) <= 1 and 0 < int(efficiency[2]) <= int(efficiency[3])
     cells = _rows(db, "SELECT * FROM cells WHERE campaign_id = 'demo-it'")
     assert len(cells) == 3 and all(c["status"] == "ok" for c in cells)
+    # The controller's wall time of each cell holds every process's elapsed time, in every mode.
+    for c in cells:
+        wall = (datetime.fromisoformat(c["ended_utc"]) - datetime.fromisoformat(c["started_utc"])).total_seconds()
+        sql = "SELECT elapsed_s FROM runs WHERE campaign_id = 'demo-it' AND cell_hash = ?"
+        elapsed = [r["elapsed_s"] for r in _rows(db, sql, c["cell_hash"])]
+        assert elapsed and all(0 < e <= wall for e in elapsed), (c["workload"], wall, elapsed)
     runs = _rows(db, "SELECT * FROM runs WHERE campaign_id = 'demo-it'")
     # the bm part of the demo: 1 single mnist + chief/ps/2 workers + 1 sysbench
     assert len(runs) == 6
