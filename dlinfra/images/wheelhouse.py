@@ -32,6 +32,8 @@ from dlinfra.errors import DlinfraError
 
 LOCK_NAME = "requirements.lock"
 TAR_NAME = "wheelhouse.tar"
+#: dlinfra's own wheel, its lock and the payload hash: all a target whose dependencies are current needs.
+SELF_TAR_NAME = "dlinfra-wheel.tar"
 HASH_NAME = "payload_hash"
 SELF_LOCK_NAME = "dlinfra.lock"
 _DONE = ".complete"
@@ -50,6 +52,10 @@ class Wheelhouse:
     lock_hash: str
     #: One uncompressed tar of the wheels and locks: one transfer per target instead of one per wheel.
     tarball: Path
+    #: The small tar of dlinfra's wheel alone, shipped instead of ``tarball`` where ``deps_hash`` is installed.
+    self_tarball: Path
+    #: sha256 of the lock's dependency lines (all but dlinfra's own): what a source edit leaves unchanged.
+    deps_hash: str
     #: The payload hash of the sources inside this wheelhouse (what every target must report).
     payload_hash: str
 
@@ -165,7 +171,15 @@ def _snapshot_hash(src: Path) -> str:
     raise DlinfraError(f"building the wheelhouse failed: the payload cannot report its identity: {last}")
 
 
-def _tar(folder: Path, names: list[str]) -> None:
+def deps_hash(lock_text: str, self_lock_text: str) -> str:
+    """sha256 of the pinned dependencies: the lock's requirement lines that are not dlinfra's own."""
+    own = {line.strip() for line in self_lock_text.splitlines()}
+    pinned = (line.strip() for line in lock_text.splitlines() if not line.startswith("#"))
+    lines = sorted(line for line in pinned if line and line not in own)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _tar(folder: Path, names: list[str], name: str = TAR_NAME) -> None:
     """A reproducible tar (sorted, zero mtimes, root-owned) of ``names`` in ``folder``."""
 
     def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -175,7 +189,7 @@ def _tar(folder: Path, names: list[str]) -> None:
         info.mode = 0o644
         return info
 
-    with tarfile.open(folder / TAR_NAME, "w", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(folder / name, "w", format=tarfile.PAX_FORMAT) as tar:
         for name in sorted(names):
             tar.add(folder / name, arcname=name, filter=clean)
 
@@ -209,6 +223,7 @@ def _assemble(final: Path, deps: Path, root: Path) -> None:
         )
         (tmp / SELF_LOCK_NAME).write_text(_lock_line(own) + "\n")
         _tar(tmp, [w.name for w in wheels] + [LOCK_NAME, SELF_LOCK_NAME, HASH_NAME])
+        _tar(tmp, [own.name, SELF_LOCK_NAME, HASH_NAME], SELF_TAR_NAME)
         (tmp / _DONE).write_text("")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
@@ -239,5 +254,7 @@ def build_wheelhouse(extra: str = "payload") -> Wheelhouse:
         self_lock=final / SELF_LOCK_NAME,
         lock_hash=hashlib.sha256(lock.read_bytes()).hexdigest(),
         tarball=final / TAR_NAME,
+        self_tarball=final / SELF_TAR_NAME,
+        deps_hash=deps_hash(lock.read_text(), (final / SELF_LOCK_NAME).read_text()),
         payload_hash=(final / HASH_NAME).read_text().strip(),
     )

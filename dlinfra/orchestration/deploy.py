@@ -121,6 +121,9 @@ def deploy(
         extravars={
             "payload_wheelhouse_tar": str(wh.tarball),
             "payload_lock_hash": wh.lock_hash,
+            # A target with these dependencies installed gets dlinfra's wheel alone (a source edit: KBs, not MBs).
+            "payload_self_tar": str(wh.self_tarball),
+            "payload_deps_hash": wh.deps_hash,
             "payload_pip_compile": compile_bytecode,
         },
         artifacts_dir=artifacts_dir,

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from support import REPO, need_binary
 
+from dlinfra.images.wheelhouse import deps_hash
 from dlinfra.providers.containers.engine import Engine
 from dlinfra.providers.containers.image import save_image, split_lock
 
@@ -160,12 +161,20 @@ def test_payload_role_absent_then_present(tmp_path: Path, tiny_wheelhouse: Path)
         for path in [*sorted(tiny_wheelhouse.glob("*.whl")), staged / "requirements.lock", staged / "dlinfra.lock"]:
             out.add(path, arcname=path.name)
     lock_hash = hashlib.sha256((staged / "requirements.lock").read_bytes()).hexdigest()
+    # dlinfra's wheel alone, as a source edit ships it: no dependency wheel and no requirements.lock in it,
+    # so a full install from this tar would fail.
+    self_tar = tmp_path / "dlinfra-wheel.tar"
+    with tarfile.open(self_tar, "w") as out:
+        for path in [*sorted(tiny_wheelhouse.glob("dlinfra-*.whl")), staged / "dlinfra.lock"]:
+            out.add(path, arcname=path.name)
     home = tmp_path / "home"
     extra = {
         "payload_home": str(home),
         "payload_base_python": sys.executable,
         "payload_wheelhouse_tar": str(tar),
         "payload_lock_hash": lock_hash,
+        "payload_deps_hash": deps_hash("\n".join(deps + own), "\n".join(own)),
+        "payload_self_tar": str(self_tar),
         "payload_pip_compile": False,
     }
     absent = {"payload_state": "absent", "payload_home": str(home)}  # no wheelhouse needed to remove it
@@ -190,3 +199,12 @@ def test_payload_role_absent_then_present(tmp_path: Path, tiny_wheelhouse: Path)
     check = subprocess.run([str(venv_python), "-c", "import dlinfra.payload, psutil"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     assert _play(tmp_path, "payload", extra)["changed"] == 0
+    assert (home / "installed.deps.sha256").read_text().strip() == extra["payload_deps_hash"]
+
+    # A source edit: another lock, the same dependencies. Only the small tar travels, dlinfra is reinstalled.
+    edited = {**extra, "payload_lock_hash": "e" * 64}
+    assert _play(tmp_path, "payload", edited)["changed"] >= 1
+    assert marker.read_text().strip() == "e" * 64
+    check = subprocess.run([str(venv_python), "-c", "import dlinfra.payload, psutil"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    assert _play(tmp_path, "payload", edited)["changed"] == 0

@@ -215,6 +215,7 @@ def _bake_payload(root: Path, wheelhouse: Wheelhouse, user: str) -> None:
         "installing dlinfra itself",
     )  # fmt: skip
     (inside / "installed.lock.sha256").write_text(wheelhouse.lock_hash + "\n")
+    (inside / "installed.deps.sha256").write_text(wheelhouse.deps_hash + "\n")
     # The role skips copying and unpacking when the marker matches: the 2x320 MB would only bloat the image.
     (inside / "wheelhouse.tar").unlink()
     shutil.rmtree(inside / "wheelhouse")
