@@ -87,6 +87,7 @@ def _plan(run: Any, w: Workload, dataset: DataSet | None) -> training.TrainPlan:
         log_every=max(1, a.log_every),
         dims=dims,
         seed=a.seed,
+        ready_file=a.ready_file,
     )
 
 
@@ -125,6 +126,7 @@ def _kernel(run: Any, w: Workload) -> None:
     progress = training.Progress()
     run.progress = progress
     run.batch_size = kernel.batch
+    training.mark_ready(a.ready_file)
     kernels.run(kernel, a.warmup_steps, a.steps, progress.clock)
     progress.warmup_steps, progress.measured_steps = a.warmup_steps, a.steps
     progress.global_step = a.warmup_steps + a.steps
@@ -146,6 +148,7 @@ def _sysbench(run: Any, w: Workload) -> None:
     a = run.args
     test = w.name.removeprefix("sysbench-")
     threads = a.threads or len(cpu_set())
+    training.mark_ready(a.ready_file)
     result = sysbench.run(test, threads, a.time, a.file_total_size, None)
     figures = result["sysbench"]
     run.extra.update(result)

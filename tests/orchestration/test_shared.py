@@ -1,0 +1,149 @@
+"""Seed 002's shared-resource scenario: a cell next to a background job on the same physical host.
+
+The spec checks and the placement are pure; the last test runs a real campaign on the local testbed: a
+cell next to a CPU hog is reported slower than alone (CI excluding 0), and no background job is left.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from support import run_cli
+
+from dlinfra.errors import SpecError
+from dlinfra.orchestration.cells import expand, plan
+from dlinfra.orchestration.spec import load_spec
+from dlinfra.providers.base import Target
+from dlinfra.report.frame import METRICS
+from dlinfra.report.views import shared_view
+
+SHARED = (
+    "background: {workload: sysbench-cpu, threads: 2}\n"
+    "workloads:\n"
+    "  - {name: mnist-dnn, hosts: ['all[0]'], matrix: {scenario: [alone, shared]}}\n"
+)
+
+
+def _spec(tmp_path: Path, body: str, layers: str = "[bm]") -> Path:
+    path = tmp_path / "c.yml"
+    path.write_text(f"name: c\ninventory: hosts.yml\nlayers: {layers}\nsteps: 3\nwarmup_steps: 1\n" + body)
+    return path
+
+
+def _targets(layer: str, per_host: int) -> list[Target]:
+    return [
+        Target(layer, f"{layer}@h{h}#{i}", f"h{h}", f"10.0.0.{h}", cpu_set=[0, 1])
+        for h in (1, 2)
+        for i in range(per_host)
+    ]
+
+
+def test_shared_cell_runs_its_background_next_to_it_on_bm(tmp_path: Path) -> None:
+    spec = load_spec(_spec(tmp_path, SHARED))
+    alone, shared = expand(spec, {"bm": _targets("bm", 1)})
+    assert alone.config["scenario"] == "alone" and "background" not in alone.config and alone.background is None
+    assert shared.config["background"] == {"workload": "sysbench-cpu", "threads": 2}
+    # bm: the target is the host, so the job is a second process on the cell's own target.
+    assert shared.background == shared.targets[0] == "bm@h1#0"
+    assert alone.hash != shared.hash
+
+
+def test_shared_cell_on_a_container_needs_a_second_one_on_its_host(tmp_path: Path) -> None:
+    spec = load_spec(_spec(tmp_path, SHARED, layers="[ctr]"))
+    with pytest.raises(SpecError, match="second ctr instance on host h1") as info:
+        expand(spec, {"ctr": _targets("ctr", 1)})
+    assert "processes_per_host: 2" in (info.value.hint or "")
+    _alone, shared = expand(spec, {"ctr": _targets("ctr", 2)})
+    assert shared.targets == ["ctr@h1#0", "ctr@h1#1"] and shared.background == "ctr@h1#1"
+    (only,) = plan(shared, {"ctr@h1#0": _targets("ctr", 2)[0], "ctr@h1#1": _targets("ctr", 2)[1]})
+    assert only.target.name == "ctr@h1#0"  # the measured process is not on the background's container
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            "workloads:\n  - {name: mnist-dnn, matrix: {scenario: [shared]}}\n",
+            r"c.yml:7: workloads.0.matrix.scenario: scenario shared needs the campaign's background job",
+        ),
+        ("background: {workload: mnist-dnn}\nworkloads: [mnist-dnn]\n", r"c.yml:6: background: no cell has"),
+        (SHARED.replace("threads: 2", "steps: 5"), r"c.yml:6: background.steps: steps is not the background"),
+        (SHARED.replace("threads: 2", "thread: 2"), r"c.yml:6: background.thread: unknown field"),
+        (SHARED.replace("threads: 2", "batch_size: 2"), r"background.batch_size: batch_size does not apply"),
+        (SHARED.replace("sysbench-cpu", "sysbench-cpus"), r"background.workload: unknown workload"),
+        (SHARED.replace("[alone, shared]", "[alone, share]"), r"matrix.scenario.1: scenario 'share' is not"),
+        (
+            SHARED.replace("scenario: [alone, shared]", "scenario: [shared], mode: [ps-async]"),
+            r"scenario shared runs a single-instance cell",
+        ),
+    ],
+)
+def test_bad_shared_scenarios_name_file_line_and_key(tmp_path: Path, body: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        load_spec(_spec(tmp_path, body))
+
+
+def test_shared_view_compares_with_the_same_cell_alone() -> None:
+    rng = np.random.default_rng(1)
+    rows = []
+    for scenario, mean in (("alone", 100.0), ("shared", 60.0)):
+        config = {"mode": "single", "batch_size": 64, "scenario": scenario}
+        if scenario == "shared":
+            config["background"] = {"workload": "alexnet", "batch_size": 512}
+        for value in rng.normal(mean, 2.0, 5):
+            rows.append(
+                {"workload": "alexnet", "layer": "bm", "value": value, "ok": True, "config": config, "mode": "single"}
+            )
+    view = shared_view(pd.DataFrame(rows), METRICS["throughput"], seed=0)
+    (row,) = view.to_dict("records")
+    assert row["config"] == "batch_size=64 mode=single" and row["background"] == "batch_size=512 workload=alexnet"
+    assert row["runs_alone"] == row["runs_shared"] == 5
+    assert 35 < row["degradation_pct"] < 45 and row["ci_low_pct"] > 0 and row["verdict"] == "slower"
+
+
+def _background_processes(campaign_id: str) -> list[str]:
+    """Command lines on this machine (the testbed hosts share its PID space) of background jobs of a campaign."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if ".background" in cmd and campaign_id in cmd:
+            found.append(cmd)
+    return found
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_cpu_hog_on_the_same_host_is_reported_slower_and_is_gone_after(deployed, tmp_path: Path) -> None:
+    host = deployed.bed.state.hosts[0]
+    spec = tmp_path / "shared.yml"
+    spec.write_text(
+        "name: shared-it\ninventory: testbed:dlit\nlayers: [bm]\nrepeats: 3\nwarmup_steps: 3\nsteps: 60\n"
+        "cell_timeout: 240\nbackground: {workload: sysbench-cpu, threads: 2}\n"
+        f"workloads:\n  - {{name: mnist-dnn, hosts: [{host.name}], matrix: {{scenario: [alone, shared], "
+        "batch_size: [128]}}\n"
+    )
+    db = tmp_path / "shared.db"
+    started = time.monotonic()
+    proc = run_cli("--db", str(db), "run", str(spec), "--campaign-id", "shared-it", "--artifacts", str(tmp_path / "a"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    took = time.monotonic() - started
+    assert not _background_processes("shared-it")
+    assert not list((Path(host.home) / "runs" / "shared-it").glob("*.background"))
+    report = run_cli("--db", str(db), "report", "--campaign", "shared-it", "--format", "json")
+    assert report.returncode == 0, report.stderr
+    view = json.loads(report.stdout)["views"]["shared"]
+    (row,) = [dict(zip(view["columns"], values, strict=True)) for values in view["rows"]]
+    assert row["layer"] == "bm" and row["background"] == "threads=2 workload=sysbench-cpu"
+    assert row["runs_alone"] == row["runs_shared"] == 3
+    assert row["ci_low_pct"] > 0 and row["verdict"] == "slower", row
+    print(f"shared-resource campaign: {took:.0f} s; degradation {row['degradation_pct']:.1f}% {row}")
