@@ -272,6 +272,12 @@ def _workload_ids() -> dict[str, str]:
     return {name: w.kind for name, w in WORKLOADS.items()}
 
 
+def _workload_modes(name: str) -> tuple[str, ...]:
+    from dlinfra.payload.workloads import WORKLOADS
+
+    return WORKLOADS[name].run_modes
+
+
 @dataclass
 class _Matrix:
     """A matrix as written: parameter lists, zip groups (keys whose lists vary together) and exclusions."""
@@ -574,12 +580,13 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
         zips = [g for g in zips if len(g) > 1] + own.zips
         exclude = base.exclude + own.exclude
         _applies(check, own.lists, wname, known[wname], matrix["mode"], (*where, "matrix"))
-        if known[wname] != "model":
-            bad = [m for m in matrix["mode"] if m != "single"]
-            if bad:
-                raise check.fail(
-                    (*where, "matrix", "mode"), f"{wname} is a {known[wname]}: it runs in mode single only"
-                )
+        runs_in = _workload_modes(wname)
+        if any(m not in runs_in for m in matrix["mode"]):
+            raise check.fail(
+                (*where, "matrix", "mode"),
+                f"{wname} is a {known[wname]}: it runs in mode {' or '.join(runs_in)} only",
+                f"set mode: [{', '.join(runs_in)}] in its matrix",
+            )
         only = item.get("layers")
         if only is not None:
             only = check.listed(only, (*where, "layers"), len(LAYERS))

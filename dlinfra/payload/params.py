@@ -273,7 +273,7 @@ PARAMS: tuple[Param, ...] = (
         "size",
         str,
         None,
-        "kernel sizes: gemm MxNxK, conv WxHxCxNxKxRxS, rnn HxNxT",
+        "kernel sizes: gemm MxNxK, conv WxHxCxNxKxRxS, rnn HxNxT, allreduce message sizes in floats N1xN2...",
         "64x32x48",
         kinds=("kernel",),
         pattern=r"(?a)\d{1,7}(x\d{1,7}){0,7}",
