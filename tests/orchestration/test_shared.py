@@ -21,6 +21,7 @@ from dlinfra.orchestration.spec import load_spec
 from dlinfra.providers.base import Target
 from dlinfra.report.frame import METRICS
 from dlinfra.report.views import shared_view
+from dlinfra.results.store import open_store
 
 SHARED = (
     "background: {workload: sysbench-cpu, threads: 2}\n"
@@ -134,12 +135,19 @@ def test_a_cpu_hog_on_the_same_host_is_reported_slower_and_is_gone_after(deploye
         "cell_timeout: 240\nbackground: {workload: sysbench-cpu, threads: 4}\n"
         f"workloads:\n  - {{name: cifar10-cnn, hosts: [{host.name}], matrix: {{scenario: [alone, shared], "
         "batch_size: [64]}}\n"
+        # A cell that fails (no such data on the host) after its background job started: the job goes too.
+        f"  - {{name: cifar10-cnn, hosts: [{host.name}], matrix: {{scenario: [shared], data: [/no/such/cifar]}}}}\n"
     )
     db = tmp_path / "shared.db"
     started = time.monotonic()
     proc = run_cli("--db", str(db), "run", str(spec), "--campaign-id", "shared-it", "--artifacts", str(tmp_path / "a"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stdout + proc.stderr
     took = time.monotonic() - started
+    with open_store(str(db)) as store:
+        cells = store.cells("shared-it")
+    failed = [c for c in cells if c["status"] != "ok"]
+    assert len(cells) == 9 and len(failed) == 3, [(c["config"], c["failure_reason"]) for c in cells]
+    assert all(c["config"]["data"] == "/no/such/cifar" and "cifar" in c["failure_reason"] for c in failed)
     assert not _background_processes("shared-it")
     assert not list((Path(host.home) / "runs" / "shared-it").glob("*.background"))
     report = run_cli("--db", str(db), "report", "--campaign", "shared-it", "--format", "json")
