@@ -7,21 +7,29 @@ cell next to a CPU hog is reported slower than alone (CI excluding 0), and no ba
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from support import run_cli
+from support import need_binary, run_cli
 
 from dlinfra.errors import SpecError
 from dlinfra.orchestration.cells import expand, plan
+from dlinfra.orchestration.launch import Launcher
 from dlinfra.orchestration.spec import load_spec
 from dlinfra.providers.base import Target
 from dlinfra.report.frame import METRICS
 from dlinfra.report.views import shared_view
 from dlinfra.results.store import open_store
+from dlinfra.transport import CommandResult, Transport, TransportPool
 
 SHARED = (
     "background: {workload: sysbench-cpu, threads: 2}\n"
@@ -158,3 +166,51 @@ def test_a_cpu_hog_on_the_same_host_is_reported_slower_and_is_gone_after(deploye
     assert row["runs_alone"] == row["runs_shared"] == 3
     assert row["ci_low_pct"] > 0 and row["verdict"] == "slower", row
     print(f"shared-resource campaign: {took:.0f} s; degradation {row['degradation_pct']:.1f}% {row}")
+
+
+class _LocalTransport(Transport):
+    """This machine as a target: commands run here (the launcher quotes argv; no shell parses a value)."""
+
+    name = "local"
+
+    def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: float | None = None):
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+        return CommandResult(done.returncode, done.stdout, done.stderr)
+
+    def read(self, path: str) -> bytes:
+        return Path(path).read_bytes()
+
+    def put(self, local: str, remote: str) -> None:
+        shutil.copyfile(local, remote)
+
+    def alive(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.slow
+def test_an_interrupted_shared_cell_stops_its_background_job(tmp_path: Path) -> None:
+    need_binary("sysbench")
+    home = tmp_path / "home"
+    (home / "venv" / "bin").mkdir(parents=True)
+    python = home / "venv" / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    python.chmod(0o755)
+    spec = load_spec(_spec(tmp_path, SHARED.replace("threads: 2", "threads: 1")))
+    target = Target("bm", "h1", "h1", "127.0.0.1", cpu_set=[0], home=str(home))
+    (_alone, shared) = expand(spec, {"bm": [target]})
+    shared.config["steps"] = 10_000_000  # runs until interrupted
+    launcher = Launcher("interrupt-it")
+    launcher.pool = TransportPool(lambda _target: _LocalTransport())
+    cancel = threading.Event()
+    threading.Timer(20, cancel.set).start()
+    try:
+        run = launcher.run_cell(shared, 0, plan(shared, {"h1": target}), 120, cancel, background=target)
+    finally:
+        launcher.close()
+    assert run.status == "failed" and "interrupted" in (run.failure_reason or ""), run.failure_reason
+    assert run.outcomes[0].killed  # the cell ran (so its background job had begun) when Ctrl-C came
+    assert not _background_processes("interrupt-it")
+    assert not list((home / "runs" / "interrupt-it").glob("*.background"))
