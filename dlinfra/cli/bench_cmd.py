@@ -100,6 +100,11 @@ def bench(ctx: click.Context, workload: str, repeats: int, timeout: int, **optio
     """
     if workload not in WORKLOADS:
         raise DlinfraError(f"unknown workload {excerpt(workload)}", f"choose one of: {', '.join(WORKLOADS)}")
+    if "single" not in WORKLOADS[workload].run_modes:
+        raise DlinfraError(
+            f"{workload} runs in mode {' or '.join(WORKLOADS[workload].run_modes)} only: bench runs one process",
+            "put it in a campaign (docs/campaigns.md)",
+        )
     if options.get("data") and options["data"] != "synthetic" and not os.path.exists(str(options["data"])):
         raise DlinfraError(f"--data {plain(options['data'], tail=True)}: no such file or folder")
     flags, cell_config = payload_args(workload, options)

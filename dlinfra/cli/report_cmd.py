@@ -32,6 +32,7 @@ VIEWS = (
     "drift",
     "scaling",
     "ps",
+    "shared",
     "sync_async",
     "run_times",
     "system",

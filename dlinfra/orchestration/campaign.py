@@ -450,7 +450,14 @@ def _measure(
                     say(f"[red]✗ {escape(name)} not run:[/red] {escape(blocked)}")
                 else:
                     with phase(name) as running:
-                        run = launcher.run_cell(cell, repeat, plan(cell, by_name), spec.cell_timeout, interrupt.event)
+                        run = launcher.run_cell(
+                            cell,
+                            repeat,
+                            plan(cell, by_name),
+                            spec.cell_timeout,
+                            interrupt.event,
+                            background=by_name[cell.background] if cell.background else None,
+                        )
                         cell_times.append(run.wall_s)
                         left = len(todo) - number
                         eta = f"; about {_minutes(left * sum(cell_times) / len(cell_times))} left" if left else ""

@@ -7,6 +7,12 @@ workers each on a distinct target; the chief, which only coordinates, joins
 the least loaded one; round-robin when there are more processes than
 targets) or ``pack`` (all on one target, each with its own
 disjoint CPU set, seed 000's "CPU affinity").
+
+A ``scenario: shared`` cell also names where its background job runs (seed 002's shared-resource scenario):
+on the same physical host, as the layer places a second workload there. On ``bm`` the target is the host
+itself, so the job is a second process on it; on the other layers it is a second target of the layer on
+that host (a second container, a second guest), which the layer must provide: a cell is refused otherwise,
+before anything runs, rather than measured against a job placed differently from the study's.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 
 from dlinfra.errors import SpecError
 from dlinfra.inventory import match_pattern
+from dlinfra.layers import BASELINE
 from dlinfra.orchestration.spec import CampaignSpec, WorkloadSpec, matrix_points
 from dlinfra.payload.cpuset import split_cpuset
 from dlinfra.providers.base import Target
@@ -31,8 +38,10 @@ DISTRIBUTED_DEFAULTS = {"ps": 1, "workers": 2}
 class Cell:
     config: dict[str, Any]
     hash: str
-    #: Names of the targets this cell may use, in order.
+    #: Names of the targets this cell may use, in order (its background job's last, when it has one).
     targets: list[str]
+    #: ``scenario: shared``: the target its background job runs on (None: the cell runs alone).
+    background: str | None = None
 
     @property
     def layer(self) -> str:
@@ -124,7 +133,14 @@ def expand(
                     base.pop("placement", None)
                     for t in chosen:
                         config = {**base, "host": t.physical_host}
-                        _add(cells, seen, config, [t.name])
+                        if point.get("scenario") == "shared":
+                            config["background"] = dict(spec.background or {})
+                            bg = _background_target(t, layer_targets, spec, workload)
+                            cell = _add(cells, seen, config, list(dict.fromkeys([t.name, bg.name])))
+                            if cell is not None:
+                                cell.background = bg.name
+                        else:
+                            _add(cells, seen, config, [t.name])
                 else:
                     base.setdefault("ps", DISTRIBUTED_DEFAULTS["ps"])
                     base.setdefault("workers", DISTRIBUTED_DEFAULTS["workers"])
@@ -135,6 +151,22 @@ def expand(
                     if cell is not None and layer not in unplaced:
                         plan(cell, {t.name: t for t in chosen})  # fail now, not after hours of other cells
     return cells
+
+
+def _background_target(t: Target, layer_targets: list[Target], spec: CampaignSpec, workload: WorkloadSpec) -> Target:
+    """Where the background job of a shared cell on ``t`` runs: another target of the layer on the same physical
+    host, else (bm, whose target is the host) ``t`` itself; a layer with no second instance there is refused."""
+    others = [o for o in layer_targets if o.physical_host == t.physical_host and o.name != t.name]
+    if others:
+        return others[0]
+    if t.layer == BASELINE:
+        return t
+    raise SpecError(
+        f"{spec.path}:{workload.line}: workloads: {workload.name}: scenario shared on layer {t.layer} needs a "
+        f"second {t.layer} instance on host {t.physical_host} for the background job, and the layer has one there",
+        "ctr, ctr-vm: layer_options.LAYER.processes_per_host: 2; vm (libvirt): two entries in "
+        "layer_options.vm.guests on that host",
+    )
 
 
 def run_order(cells: list[Cell], repeats: int, order: str = "repeat-major", seed: int = 0) -> list[tuple[Cell, int]]:

@@ -9,6 +9,12 @@ behind a barrier; the remote side is wrapped in ``timeout`` so a process
 outlives neither the cell timeout nor a lost controller. Every remote command
 is an argument list quoted piece by piece (no value from a spec or an
 inventory is ever parsed by a shell).
+
+A ``scenario: shared`` cell first starts its background job on the target the cell names, waits until the
+job says its work began (``--ready-file``), runs the cell, then stops the job and removes its folder, in a
+``finally``: a failed, timed-out or interrupted cell leaves no job behind. Should the controller die instead,
+the job's ``timeout`` ends it, and on a container or guest it dies with the labelled instance ``dlinfra
+sweep`` removes.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from typing import Any
 from dlinfra.errors import TargetError
 from dlinfra.orchestration.cells import Cell, Process, tf_config
 from dlinfra.payload.cpuset import format_cpuset
-from dlinfra.payload.params import to_argv
+from dlinfra.payload.params import PARAM, to_argv
+from dlinfra.payload.workloads import WORKLOADS
 from dlinfra.providers.base import Target
 from dlinfra.record import RecordError, RunRecord
 from dlinfra.transport import LinkLost, Transport, TransportPool
@@ -60,6 +67,11 @@ _KILL = (
 )
 
 
+#: Transport slots of a background job: the job's own link, then one to watch and stop it (a cell's
+#: processes use slots 0, 1, ... of a target).
+_BACKGROUND_SLOT = 1000
+
+
 @dataclass
 class ProcessOutcome:
     process: Process
@@ -73,6 +85,32 @@ class ProcessOutcome:
     @property
     def where(self) -> str:
         return f"host {self.process.target.name}: {self.process.role}:{self.process.index}"
+
+
+@dataclass
+class BackgroundJob:
+    """A background job started next to a cell: where it runs and how it is doing."""
+
+    target: Target
+    folder: str
+    thread: threading.Thread
+    outcome: ProcessOutcome
+
+    @property
+    def ready_file(self) -> str:
+        return f"{self.folder}/ready"
+
+    @property
+    def pid_file(self) -> str:
+        return f"{self.folder}/job.pid"
+
+    def ended(self) -> str | None:
+        """Why the job is no longer running (None while it runs)."""
+        if self.thread.is_alive():
+            return None
+        o = self.outcome
+        tail = o.stderr_tail.splitlines()[-1] if o.stderr_tail else "no output"
+        return o.error or f"exited {o.exit_code}: {tail}"
 
 
 @dataclass
@@ -148,13 +186,121 @@ class Launcher:
         argv += ["--context-json", json.dumps(context, sort_keys=True), "--out", f"{run_dir}/{p.key}.json"]
         return argv
 
+    # -- the background job of a shared cell ------------------------------------
+
+    def _background_argv(self, cell: Cell, repeat: int, target: Target, folder: str, timeout: float) -> list[str]:
+        """The payload command of the job: the spec's workload and parameters, run far longer than the cell."""
+        given = dict(cell.config["background"])
+        workload = str(given.pop("workload"))
+        kind = WORKLOADS[workload].kind
+        length = {"warmup_steps": 0, "steps": int(PARAM["steps"].high), "time": int(PARAM["time"].high)}
+        values = {k: v for k, v in {**given, **length}.items() if PARAM[k].applies_to(workload, kind)}
+        context = {
+            "campaign_id": self.campaign_id,
+            "cell_config": {"workload": workload, "scenario": "background", **given},
+            "cell_hash": cell.hash,
+            "repeat": repeat,
+            "layer": target.layer,
+            "provider": target.provider,
+            "physical_host": target.physical_host,
+            "target_address": target.peer_address,
+        }
+        inner = [target.python, "-m", "dlinfra.payload", "run", "--workload", workload, "--mode", "single"]
+        inner += [*to_argv(values), "--context-json", json.dumps(context, sort_keys=True)]
+        inner += ["--out", f"{folder}/job.json", "--ready-file", f"{folder}/ready"]
+        # Its own timeout: a controller that dies cannot leave it running for longer than two cells.
+        wrapped = ["timeout", "--kill-after=5", f"{2 * timeout + 60:.0f}", *inner]
+        return ["sh", "-c", _PIDWRAP, f"{folder}/job.pid", *wrapped]
+
+    def start_background(self, cell: Cell, repeat: int, target: Target, timeout: float) -> BackgroundJob:
+        """Start the job on ``target`` (its own folder beside the cell's, which a cell's prepare clears)."""
+        folder = f"{target.runs_dir}/{self.campaign_id}/{cell.hash}-r{repeat}.background"
+        try:
+            made = self.pool.get(target, _BACKGROUND_SLOT + 1).run(["sh", "-c", _MKDIR, folder], timeout=30)
+        except LinkLost as exc:
+            raise TargetError(f"host {target.name}: cannot prepare the background job: {exc.cause}") from None
+        if not made.ok:
+            raise TargetError(f"host {target.name}: cannot prepare the background job: {made.last_error_line()}")
+        outcome = ProcessOutcome(Process("background", 0, target))
+        argv = self._background_argv(cell, repeat, target, folder, timeout)
+        conn = self.pool.get(target, _BACKGROUND_SLOT)
+        thread = threading.Thread(target=self._run_one, args=(conn, argv, outcome, threading.Barrier(1)), daemon=True)
+        thread.start()
+        return BackgroundJob(target, folder, thread, outcome)
+
+    def await_background(self, job: BackgroundJob, timeout: float, cancel: threading.Event) -> None:
+        """Return once the job's work began (its ready file exists); TargetError if it ends or takes too long."""
+        watch = self.pool.get(job.target, _BACKGROUND_SLOT + 1)
+        deadline = time.monotonic() + timeout
+        while True:
+            ended = job.ended()
+            if ended is not None:
+                raise TargetError(f"host {job.target.name}: the background job ended before its work began: {ended}")
+            try:
+                if watch.run(["test", "-e", job.ready_file], timeout=30).ok:
+                    return
+            except LinkLost as exc:
+                raise TargetError(f"host {job.target.name}: cannot watch the background job: {exc.cause}") from None
+            if cancel.is_set():
+                raise TargetError("interrupted by the user (Ctrl-C) while the background job started")
+            if time.monotonic() > deadline:
+                raise TargetError(f"host {job.target.name}: the background job did not begin in {timeout:.0f} s")
+            time.sleep(0.5)
+
+    def stop_background(self, job: BackgroundJob) -> None:
+        """Stop the job's process group and remove its folder; never raises (the host may be gone)."""
+        job.outcome.killed = True
+        target = job.target
+        try:
+            watch = self.pool.get(target, _BACKGROUND_SLOT + 1)
+            watch.run([target.python, "-c", _KILL, job.pid_file], timeout=15)
+            job.thread.join(timeout=20)
+            watch.run(["rm", "-rf", job.folder], timeout=30)
+        except Exception:  # noqa: BLE001, S110 - the host may be gone; the job's timeout ends it there
+            pass
+
     # -- one cell -----------------------------------------------------------
 
     def run_cell(
-        self, cell: Cell, repeat: int, processes: list[Process], timeout: float, cancel: threading.Event | None = None
+        self,
+        cell: Cell,
+        repeat: int,
+        processes: list[Process],
+        timeout: float,
+        cancel: threading.Event | None = None,
+        background: Target | None = None,
     ) -> CellRun:
-        """Run one cell x repeat to the end (ok or failed); never raises for a target's failure."""
+        """Run one cell x repeat to the end (ok or failed); never raises for a target's failure.
+
+        ``background``: where the cell's background job runs (``scenario: shared``); it is started and seen
+        working first, must still run when the cell ends (else the cell is failed: it was not shared
+        throughout), and is stopped whatever happens.
+        """
         cancel = cancel or threading.Event()
+        if background is None:
+            return self._run_processes(cell, repeat, processes, timeout, cancel)
+        started_utc, t0 = _now(), time.monotonic()
+        job: BackgroundJob | None = None
+        try:
+            try:
+                job = self.start_background(cell, repeat, background, timeout)
+                self.await_background(job, timeout, cancel)
+            except TargetError as exc:
+                return self._finish(cell, [ProcessOutcome(p) for p in processes], started_utc, t0, str(exc))
+            run = self._run_processes(cell, repeat, processes, timeout, cancel)
+            ended = job.ended()
+            if ended is not None and run.status == "ok":
+                run.status = "failed"
+                run.failure_reason = f"host {background.name}: the background job ended before the cell: {ended}"
+            return run
+        finally:
+            if job is not None:
+                self.stop_background(job)
+
+    def _run_processes(
+        self, cell: Cell, repeat: int, processes: list[Process], timeout: float, cancel: threading.Event
+    ) -> CellRun:
+        """The cell's own processes, started together, waited for, fetched."""
         started_utc, t0 = _now(), time.monotonic()
         outcomes = [ProcessOutcome(p) for p in processes]
         phases: dict[str, float] = {}

@@ -16,6 +16,7 @@ Shape (docs/campaigns.md has the full reference)::
     matrix: {batch_size: [64], mode: [single]}      # defaults for every workload; also zip: and exclude:
     order: repeat-major                             # or shuffled, with order_seed
     expect: [{layer: ctr, overhead_pct: {max: 10}}] # checked by 'dlinfra check' (docs/compare.md)
+    background: {workload: alexnet, batch_size: 512} # the job next to every 'scenario: shared' cell
     workloads:
       - mnist-dnn                                   # a name, or a mapping:
       - {name: mnist-dnn, hosts: [h1, h2], matrix: {mode: [ps-async], ps: [1], workers: [2]}}
@@ -59,6 +60,7 @@ TOP_FIELDS = {
     "expect": "expected results, checked by 'dlinfra check' (docs/compare.md)",
     "order": f"order of the cell runs: {' or '.join(('repeat-major', 'shuffled'))}",
     "order_seed": "seed of order: shuffled (random and stored when absent)",
+    "background": "the job run next to every cell of scenario shared: {workload: NAME, PARAM: VALUE, ...}",
 }
 ORDERS = ("repeat-major", "shuffled")
 #: Keys of a matrix that are not parameters: lists that vary together, combinations to skip.
@@ -70,10 +72,14 @@ EXPECT_METRICS = ("throughput", "elapsed", "time-to-accuracy")
 MAX_EXPECT = 1000
 WORKLOAD_FIELDS = {"name", "workload", "hosts", "layers", "matrix"}
 #: Matrix keys that shape a cell rather than parameterise the payload (checked here, not in the table).
-CELL_KEYS: dict[str, type] = {"mode": str, "ps": int, "workers": int, "placement": str}
+CELL_KEYS: dict[str, type] = {"mode": str, "ps": int, "workers": int, "placement": str, "scenario": str}
 #: Every matrix key: the cell's shape, then each hashed workload parameter of the table.
 MATRIX_KEYS: dict[str, type] = {**CELL_KEYS, **{p.name: p.type for p in PARAMS if p.hashed}}
 PLACEMENTS = ("spread", "pack")
+#: ``scenario``: the cell alone on its host, or next to the campaign's ``background`` job (seed 002).
+SCENARIOS = ("alone", "shared")
+#: Parameters that set how long a run lasts: a background job runs until its cell ends, so they are not its to set.
+RUN_LENGTH_PARAMS = frozenset({"warmup_steps", "steps", "time", "target_accuracy", "max_steps", "eval_every"})
 
 # Bounds (docs/campaigns.md, "Limits"): far beyond any real campaign, yet a typo'd exponent or a hostile file
 # fails here in milliseconds rather than after provisioning, or by exhausting the controller's memory.
@@ -148,6 +154,9 @@ class CampaignSpec:
     #: Order of the cell runs (:func:`dlinfra.orchestration.cells.run_order`) and its seed (None: drawn at run).
     order: str = "repeat-major"
     order_seed: int | None = None
+    #: The job run next to every ``scenario: shared`` cell, on the same physical host: ``workload`` and hashed
+    #: workload parameters (validated against the table); in every shared cell's config, so in its hash.
+    background: dict[str, Any] | None = None
     #: The campaign-wide workload parameters: hashed ones always (the spec's value, else the default), every
     #: cell's config starts from them; unhashed ones when given, passed to every process outside the config.
     params: dict[str, Any] = field(
@@ -261,6 +270,12 @@ def _workload_ids() -> dict[str, str]:
     from dlinfra.payload.workloads import WORKLOADS
 
     return {name: w.kind for name, w in WORKLOADS.items()}
+
+
+def _workload_modes(name: str) -> tuple[str, ...]:
+    from dlinfra.payload.workloads import WORKLOADS
+
+    return WORKLOADS[name].run_modes
 
 
 @dataclass
@@ -383,6 +398,8 @@ def _matrix_value(check: _Checker, key: str, v: Any, where: tuple[Any, ...]) -> 
         raise check.fail(where, f"mode {excerpt(v)} is not one of {', '.join(MODES)}")
     elif key == "placement" and v not in PLACEMENTS:
         raise check.fail(where, f"placement {excerpt(v)} is not one of {', '.join(PLACEMENTS)}")
+    elif key == "scenario" and v not in SCENARIOS:
+        raise check.fail(where, f"scenario {excerpt(v)} is not one of {', '.join(SCENARIOS)}")
 
 
 def _param(check: _Checker, param: Param, v: Any, where: tuple[Any, ...]) -> Any:
@@ -533,6 +550,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
     workloads: list[WorkloadSpec] = []
     cells = 0
     base_used: set[int] = set()  # campaign-wide exclusions that excluded something somewhere
+    shared_at: tuple[Any, ...] | None = None  # where the first scenario: shared was written
     for i, item in enumerate(raw_workloads):
         where: tuple[Any, ...] = ("workloads", i)
         if isinstance(item, str):
@@ -562,12 +580,13 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
         zips = [g for g in zips if len(g) > 1] + own.zips
         exclude = base.exclude + own.exclude
         _applies(check, own.lists, wname, known[wname], matrix["mode"], (*where, "matrix"))
-        if known[wname] != "model":
-            bad = [m for m in matrix["mode"] if m != "single"]
-            if bad:
-                raise check.fail(
-                    (*where, "matrix", "mode"), f"{wname} is a {known[wname]}: it runs in mode single only"
-                )
+        runs_in = _workload_modes(wname)
+        if any(m not in runs_in for m in matrix["mode"]):
+            raise check.fail(
+                (*where, "matrix", "mode"),
+                f"{wname} is a {known[wname]}: it runs in mode {' or '.join(runs_in)} only",
+                f"set mode: [{', '.join(runs_in)}] in its matrix",
+            )
         only = item.get("layers")
         if only is not None:
             only = check.listed(only, (*where, "layers"), len(LAYERS))
@@ -594,6 +613,16 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
             if not any(_excluded(p, own.exclude[e]) for p in crossed):
                 raise check.fail(at, "excludes no point of this workload's matrix", "check its keys and values")
         base_used.update(i for i, ex in enumerate(base.exclude) for p in crossed if _excluded(p, ex))
+        shared = [p for p in points if p.get("scenario") == "shared"]
+        if shared:
+            at = (*where, "matrix", "scenario") if "scenario" in own.lists else ("matrix", "scenario")
+            shared_at = shared_at or at
+            if any(p["mode"] != "single" for p in shared):
+                raise check.fail(
+                    at,
+                    "scenario shared runs a single-instance cell next to the background job: mode single only",
+                    "exclude the other modes: exclude: [{scenario: shared, mode: [ps-async, sync]}]",
+                )
         workloads.append(
             WorkloadSpec(
                 name=wname,
@@ -637,8 +666,49 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
         spec.order = data["order"]
     if "order_seed" in data:
         spec.order_seed = check.integer(data["order_seed"], ("order_seed",), (0, 2**63 - 1))
+    spec.background = _background(check, data.get("background"), known)
+    if shared_at is not None and spec.background is None:
+        raise check.fail(
+            shared_at, "scenario shared needs the campaign's background job", "add background: {workload: alexnet}"
+        )
+    if spec.background is not None and shared_at is None:
+        raise check.fail(("background",), "no cell has scenario shared: the background job would never run")
     _check_providers(check, spec)
     return spec
+
+
+def _background(check: _Checker, value: Any, workloads: dict[str, str]) -> dict[str, Any] | None:
+    """``background``: the job next to the shared cells, a workload and its parameters from the table.
+
+    Why parameters of the table only: the launcher passes them to the payload as every cell's, so a background
+    job is configured, bounded and recorded exactly like a measured one. Its run length is not the spec's: it
+    runs until its cell ends.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict) or "workload" not in value:
+        raise check.fail(("background",), "must be a mapping with workload, e.g. {workload: alexnet, batch_size: 512}")
+    name = value["workload"]
+    if not isinstance(name, str) or name not in workloads:
+        close = difflib.get_close_matches(str(name)[:100], list(workloads), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(workloads)}"
+        raise check.fail(("background", "workload"), f"unknown workload {excerpt(name)}", hint)
+    out: dict[str, Any] = {"workload": name}
+    for key, v in value.items():
+        if key == "workload":
+            continue
+        param = PARAM.get(key)
+        if param is None or not param.hashed:
+            known = {p.name for p in PARAMS if p.hashed} - RUN_LENGTH_PARAMS
+            raise check.unknown(("background",), key, known | {"workload"})
+        if key in RUN_LENGTH_PARAMS:
+            raise check.fail(
+                ("background", key, "__key__"), f"{key} is not the background job's to set: it runs until its cell ends"
+            )
+        if not param.applies_to(name, workloads[name]):
+            raise check.fail(("background", key), f"{key} does not apply to {name}", f"it applies to {param.scope()}")
+        out[key] = _param(check, param, v, ("background", key))
+    return out
 
 
 def _expectations(check: _Checker, value: Any, workloads: dict[str, str], layers: list[str]) -> list[dict[str, Any]]:

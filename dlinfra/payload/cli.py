@@ -118,6 +118,11 @@ def parser() -> argparse.ArgumentParser:
         "layer, physical_host, target_address, emulated, devices",
     )
     o.add_argument("--out", help="write the record here (default: stdout, one line)")
+    o.add_argument(
+        "--ready-file",
+        metavar="PATH",
+        help="create this file when the measured work begins (how the controller knows a background job runs)",
+    )
     return top
 
 

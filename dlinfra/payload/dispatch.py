@@ -31,6 +31,8 @@ def run(run: Any, dataset: DataSet | None) -> None:
     w: Workload = run.workload
     if w.kind == "sysbench":
         _sysbench(run, w)
+    elif w.name == "allreduce":
+        _allreduce(run, w)
     elif w.kind == "kernel":
         _kernel(run, w)
     elif run.cluster is None:
@@ -87,6 +89,7 @@ def _plan(run: Any, w: Workload, dataset: DataSet | None) -> training.TrainPlan:
         log_every=max(1, a.log_every),
         dims=dims,
         seed=a.seed,
+        ready_file=a.ready_file,
     )
 
 
@@ -125,6 +128,7 @@ def _kernel(run: Any, w: Workload) -> None:
     progress = training.Progress()
     run.progress = progress
     run.batch_size = kernel.batch
+    training.mark_ready(a.ready_file)
     kernels.run(kernel, a.warmup_steps, a.steps, progress.clock)
     progress.warmup_steps, progress.measured_steps = a.warmup_steps, a.steps
     progress.global_step = a.warmup_steps + a.steps
@@ -146,6 +150,7 @@ def _sysbench(run: Any, w: Workload) -> None:
     a = run.args
     test = w.name.removeprefix("sysbench-")
     threads = a.threads or len(cpu_set())
+    training.mark_ready(a.ready_file)
     result = sysbench.run(test, threads, a.time, a.file_total_size, None)
     figures = result["sysbench"]
     run.extra.update(result)
@@ -198,6 +203,40 @@ def _sync(run: Any, w: Workload, dataset: DataSet | None) -> None:
     finished.set()
     if server is not None:
         server.finish(run.progress.global_step, wait=a.peer_timeout)
+    else:
+        run.write(None)
+        client.bye()  # type: ignore[union-attr]
+
+
+def _allreduce(run: Any, w: Workload) -> None:
+    """DeepBench's all-reduce across the sync workers (MultiWorkerMirroredStrategy's collective ops, the ring
+    on CPUs): time and bandwidth per message size; every worker records its own figures."""
+    from dlinfra.payload.workloads import kernels
+
+    server, client = _control(run)
+    finished = threading.Event()
+    if client is not None:
+        client.watch(finished, run.fail_now)
+    a = run.args
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=_resolver())
+    run.devices = _devices()
+    sizes = kernels.message_sizes(a.size or w.size)
+    progress = training.Progress()
+    run.progress = progress
+    run.batch_size = None
+    training.mark_ready(a.ready_file)
+    figures = kernels.allreduce(strategy, sizes, a.warmup_steps, a.steps, progress.clock)
+    progress.warmup_steps, progress.measured_steps = a.warmup_steps * len(sizes), a.steps * len(sizes)
+    progress.global_step = progress.warmup_steps + progress.measured_steps
+    progress.examples_per_step = 1  # throughput: all-reduce calls per second
+    run.extra.update(
+        allreduce=figures,
+        processes=strategy.num_replicas_in_sync,
+        busbw_gbytes_per_sec=max(f["busbw_gbytes_per_sec"] for f in figures),
+    )
+    finished.set()
+    if server is not None:
+        server.finish(progress.global_step, wait=a.peer_timeout)
     else:
         run.write(None)
         client.bye()  # type: ignore[union-attr]

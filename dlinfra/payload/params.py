@@ -9,8 +9,8 @@ shows it. It lives in the payload (which may import only :mod:`dlinfra.payload` 
 so the payload can use it; the controller imports it from here.
 
 What is *not* here: the workload and mode, which shape a cell (matrix keys ``mode``, ``ps``, ``workers``,
-``placement``, checked by the spec), and per-process flags the launcher derives (``--cpus``, the cluster,
-``--control-port``, ``--peer-timeout``, ``--context-json``, ``--out``).
+``placement``, ``scenario``, checked by the spec), and per-process flags the launcher derives (``--cpus``, the cluster,
+``--control-port``, ``--peer-timeout``, ``--context-json``, ``--out``, ``--ready-file``).
 """
 
 from __future__ import annotations
@@ -273,7 +273,7 @@ PARAMS: tuple[Param, ...] = (
         "size",
         str,
         None,
-        "kernel sizes: gemm MxNxK, conv WxHxCxNxKxRxS, rnn HxNxT",
+        "kernel sizes: gemm MxNxK, conv WxHxCxNxKxRxS, rnn HxNxT, allreduce message sizes in floats N1xN2...",
         "64x32x48",
         kinds=("kernel",),
         pattern=r"(?a)\d{1,7}(x\d{1,7}){0,7}",

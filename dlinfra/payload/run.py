@@ -163,8 +163,9 @@ def execute(args: argparse.Namespace, out: Any) -> int:
             os.environ["TF_CONFIG"] = __import__("json").dumps(run.cluster.tf_config())
             os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
             _setup_logging(run.role, run.task_index)
-        if run.workload.kind != "model" and args.mode != "single":
-            raise PayloadError(f"--mode {args.mode}: workload {args.workload} runs only as --mode single")
+        if args.mode not in run.workload.run_modes:
+            only = " or ".join(run.workload.run_modes)
+            raise PayloadError(f"--mode {args.mode}: workload {args.workload} runs only as --mode {only}")
         if args.peer_timeout <= 0:
             raise PayloadError("--peer-timeout must be > 0 seconds")
         if run.workload.kind == "model" and not run.batch_size:

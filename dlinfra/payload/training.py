@@ -48,10 +48,19 @@ class TrainPlan:
     log_every: int = 10
     dims: Dims = field(default_factory=Dims)
     seed: int = 0
+    #: Created when the measured steps begin (``--ready-file``).
+    ready_file: str | None = None
 
     @property
     def measured_cap(self) -> int:
         return self.max_steps if self.target_accuracy is not None and self.max_steps else self.steps
+
+
+def mark_ready(path: str | None) -> None:
+    """Create ``path`` (``--ready-file``): the work is under way, so a job next to it now shares the host with it."""
+    if path:
+        with open(path, "a"):
+            pass
 
 
 @dataclass
@@ -141,6 +150,7 @@ def _loop(
     progress.global_step = plan.warmup_steps
     progress.warmup_wall = time.perf_counter() - started
     log.info("warm-up: %d steps in %.2fs", plan.warmup_steps, progress.warmup_wall)
+    mark_ready(plan.ready_file)
 
     cap = plan.measured_cap
     eval_every = plan.eval_every or (50 if plan.target_accuracy is not None else 0)

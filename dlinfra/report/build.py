@@ -56,6 +56,7 @@ def build_report(
         "overhead": overhead,
         "scaling": views.scaling_view(values, m),
         "ps": views.ps_view(values, m, seed),
+        "shared": views.shared_view(values, m, seed),
         "sync_async": views.sync_async_view(tta, elapsed),
         "run_times": views.run_times_view(elapsed),
         "system": views.system_view(runs),

@@ -15,6 +15,7 @@ VIEW_TITLES = {
     "expectations": "Expectations of the campaign spec",
     "scaling": "Scaling against 1 worker",
     "ps": "Effect of the parameter-server count",
+    "shared": "Shared host: each layer next to a background job, against the same cell alone",
     "sync_async": "Sync vs async: time to accuracy",
     "run_times": "Best and worst total run times per layer",
     "system": "System view per role",

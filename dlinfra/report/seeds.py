@@ -140,11 +140,12 @@ def campaign_value(
             f"{len(chosen)} run(s) / {len(base)} base run(s)",
             "",
         )
-    if kind in ("efficiency_pct", "ps_effect_pct", "tta_ratio"):
+    if kind in ("efficiency_pct", "ps_effect_pct", "tta_ratio", "degradation_pct"):
         view, column = {
             "efficiency_pct": ("scaling", "efficiency_pct"),
             "ps_effect_pct": ("ps", "effect_pct"),
             "tta_ratio": ("sync_async", "tta_ratio"),
+            "degradation_pct": ("shared", "degradation_pct"),
         }[kind]
         rows = select_view(views.get(view, pd.DataFrame()), match)
         found = rows[column].dropna() if not rows.empty else rows

@@ -3,6 +3,7 @@
 - overhead: each layer against the baseline, per workload x config (the question).
 - scaling: speedup and efficiency against the 1-worker cell (seed 003's ideal line).
 - ps: the effect of the parameter-server count (seeds 000, 003).
+- shared: each layer's degradation next to a background job against the same cell alone (seed 002).
 - sync_async: sync vs async time-to-accuracy (seed 004).
 - run_times: best and worst total run time per layer (seed 000, figures 9-10).
 - system: per role, max CPU, max RSS, network rates (seed 004, tables 3, 4, 6).
@@ -244,6 +245,65 @@ def ps_view(values: pd.DataFrame, metric: Metric, seed: int) -> pd.DataFrame:
                     "runs": len(mine),
                     "median": float(np.median(mine)),
                     "effect_pct": point,
+                    "ci_low_pct": low,
+                    "ci_high_pct": high,
+                    "verdict": verdict,
+                }
+            )
+    return pd.DataFrame(rows, columns=columns)
+
+
+#: Cell-config keys of the shared-resource scenario: the same cell alone and shared differs only in them.
+SCENARIO_KEYS = ("scenario", "background")
+
+
+def shared_view(values: pd.DataFrame, metric: Metric, seed: int) -> pd.DataFrame:
+    """Per workload x config x layer: the cell next to a background job against the same cell alone
+    (degradation > 0: worse when shared), with the bootstrap CI of :func:`stats.bootstrap_overhead`."""
+    columns = [
+        "workload",
+        "config",
+        "layer",
+        "background",
+        "runs_alone",
+        "runs_shared",
+        "median_alone",
+        "median_shared",
+        "degradation_pct",
+        "ci_low_pct",
+        "ci_high_pct",
+        "verdict",
+    ]
+    good = _ok(values).copy()
+    good = good[[isinstance(c, dict) and c.get("scenario") in ("alone", "shared") for c in good["config"]]]
+    if good.empty:
+        return pd.DataFrame(columns=columns)
+    good["alone_key"] = [config_label(c, drop=SCENARIO_KEYS) for c in good["config"]]
+    good["scenario"] = [c["scenario"] for c in good["config"]]
+    good["background"] = [config_label(c.get("background") or {}) for c in good["config"]]
+    rows = []
+    for (workload, key, layer), group in good.groupby(["workload", "alone_key", "layer"], sort=True):
+        alone = group[group["scenario"] == "alone"]["value"].to_numpy()
+        for background, shared in group[group["scenario"] == "shared"].groupby("background", sort=True):
+            mine = shared["value"].to_numpy()
+            point, low, high = (math.nan,) * 3
+            verdict = "no alone run"
+            if alone.size:
+                point, low, high = stats.bootstrap_overhead(
+                    alone, mine, metric.higher_is_better, stats.stable_seed(seed, "shared", workload, key, layer)
+                )
+                verdict = stats.verdict(low, high)
+            rows.append(
+                {
+                    "workload": workload,
+                    "config": key,
+                    "layer": layer,
+                    "background": background,
+                    "runs_alone": int(alone.size),
+                    "runs_shared": len(mine),
+                    "median_alone": float(np.median(alone)) if alone.size else math.nan,
+                    "median_shared": float(np.median(mine)),
+                    "degradation_pct": point,
                     "ci_low_pct": low,
                     "ci_high_pct": high,
                     "verdict": verdict,

@@ -28,6 +28,7 @@ from dlinfra.orchestration.cells import Cell
 from dlinfra.orchestration.spec import load_spec, preflight
 from dlinfra.report import seeds
 from dlinfra.report.frame import PS_KEYS, WORKER_KEYS, config_label, report_config
+from dlinfra.report.views import SCENARIO_KEYS
 
 SEEDS = ("000", "001", "002", "003", "004")
 EXAMPLE_INVENTORY = REPO / "inventory" / "local-testbed.example.yml"
@@ -35,6 +36,10 @@ EXAMPLE_INVENTORY = REPO / "inventory" / "local-testbed.example.yml"
 #: Figures that no run of the seed's file can produce, and why. Everything else in seed_figures.json must
 #: be matched by the local run or by one of the runs its header names (study scale, second runs).
 CANNOT: dict[str, dict[str, str]] = {
+    "002": {
+        "shared-alexnet512-vm": "a shared cell in a guest needs two guests per host (layer_options.vm.guests): "
+        "no run of the file has them, the local guest is emulated",
+    },
     "004": {
         "t4-sync-cluster-mem": "dlinfra's sync is MultiWorkerMirroredStrategy: no ps process to measure",
         "t4-sync-cluster-rx": "dlinfra's sync is MultiWorkerMirroredStrategy: no ps process to measure",
@@ -212,6 +217,9 @@ def satisfied(fig: dict[str, Any], cells: list[Cell]) -> bool:
         timed = [c for c in chosen if "target_accuracy" in c.config]
         sync = {_key(c, ("mode", *PS_KEYS)) for c in timed if c.config["mode"] == "sync"}
         return any(_key(c, ("mode", *PS_KEYS)) in sync for c in timed if c.config["mode"] == "ps-async")
+    if kind == "degradation_pct":  # shared view: a shared cell and the same cell alone
+        alone = {_key(c, SCENARIO_KEYS) for c in chosen if c.config.get("scenario") == "alone"}
+        return any(_key(c, SCENARIO_KEYS) in alone for c in chosen if c.config.get("scenario") == "shared")
     raise AssertionError(f"figure {fig['id']}: unknown kind {kind}")
 
 

@@ -32,6 +32,15 @@ class Workload:
     hidden: int = 0
     vocab: int = 0
     seq_len: int = 0
+    #: The modes it runs in; None: its kind's (a model every mode, a kernel or sysbench test single only).
+    modes: tuple[str, ...] | None = None
+
+    @property
+    def run_modes(self) -> tuple[str, ...]:
+        """The modes it runs in (the spec and the payload both refuse any other)."""
+        if self.modes is not None:
+            return self.modes
+        return ("single", "ps-async", "sync") if self.kind == "model" else ("single",)
 
     @property
     def classifier(self) -> bool:
@@ -209,6 +218,14 @@ WORKLOADS: dict[str, Workload] = {
             "kernel",
             "recurrent layer forward pass, --cell vanilla|lstm|gru, --size HxNxT (seed 001)",
             size="512x16x25",
+        ),
+        Workload(
+            "allreduce",
+            "kernel",
+            "collective sum all-reduce across the sync workers, --size N1xN2... floats per message (DeepBench, "
+            "seed 001)",
+            size="100000x1000000",
+            modes=("sync",),
         ),
         Workload("sysbench-cpu", "sysbench", "sysbench cpu (prime numbers) (seed 000)"),
         Workload("sysbench-memory", "sysbench", "sysbench memory (block writes) (seed 000)"),

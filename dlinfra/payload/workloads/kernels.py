@@ -98,3 +98,59 @@ def run(kernel: Kernel, warmup: int, steps: int, clock: StepClock) -> None:
         kernel.op().numpy()
         clock.tick()
     clock.stop()
+
+
+def message_sizes(size: str) -> list[int]:
+    """``--size`` of allreduce: message sizes in floats, ``N1xN2...``."""
+    parts = re.split(r"[x,]", size.lower())
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise PayloadError(f"--size {size!r} must be message sizes in floats, N1xN2... (positive integers)")
+    return [int(p) for p in parts]
+
+
+def allreduce(strategy: Any, sizes: list[int], warmup: int, steps: int, clock: StepClock) -> list[dict[str, float]]:
+    """Time a sum all-reduce of each message size across every worker of ``strategy`` (DeepBench's all-reduce).
+
+    Each call is synced (one element read), so its time is the collective's own; every worker runs the same
+    calls in the same order, as collectives require. At least one warm-up call per size traces its function.
+    Bandwidth as NCCL-tests define it: algorithm bandwidth is bytes / time; bus bandwidth scales it by
+    2(n-1)/n, what a ring moves per process, so it is comparable across process counts.
+    """
+    n = strategy.num_replicas_in_sync
+    figures: list[dict[str, float]] = []
+    clock.start()
+    for floats in sizes:
+        message = tf.ones([floats], tf.float32)
+
+        @tf.function
+        def reduce(x: tf.Tensor = message) -> tf.Tensor:
+            def replica(t: tf.Tensor) -> tf.Tensor:
+                # identity: a tensor made in the replica's context, which gives the collective its device
+                return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(t))[:1]
+
+            return strategy.experimental_local_results(strategy.run(replica, args=(x,)))[0]
+
+        clock.pause()
+        for _ in range(max(1, warmup)):
+            reduce().numpy()
+        clock.resume()
+        first = len(clock.samples)
+        for _ in range(steps):
+            reduce().numpy()
+            clock.tick()
+        times = sorted(clock.samples[first:])
+        median = times[len(times) // 2]
+        size_bytes = floats * 4
+        algbw = size_bytes / median
+        figures.append(
+            {
+                "floats": floats,
+                "bytes": size_bytes,
+                "time_per_op_s": median,
+                "min_time_s": times[0],
+                "algbw_gbytes_per_sec": algbw / 1e9,
+                "busbw_gbytes_per_sec": algbw * 2 * (n - 1) / n / 1e9,
+            }
+        )
+    clock.stop()
+    return figures
