@@ -9,9 +9,11 @@ the same in steady state, and throughput uses total wall time either way.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psutil
 
@@ -19,11 +21,23 @@ from dlinfra.record import SystemSample
 
 
 def process_start() -> float:
-    """When this process was launched (epoch seconds): elapsed time counts from here."""
+    """When this process was launched (epoch seconds): elapsed time counts from here.
+
+    Why not ``psutil.Process().create_time()``: it adds the start tick to the boot time of /proc/stat,
+    which has whole seconds, so it can be off by up to a second either way, and a cell's elapsed time then
+    exceeded the controller's wall time for it. Here the age of this process is read on one clock, the
+    kernel's boot-time clock (the start tick is counted on it, 1/CLK_TCK resolution), and taken from now.
+    """
     try:
-        return psutil.Process().create_time()
-    except psutil.Error:  # pragma: no cover
-        return time.time()
+        stat = Path("/proc/self/stat").read_text()
+        start_ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - max(age, 0.0)
+    except (OSError, ValueError, IndexError, AttributeError):  # not Linux: psutil's estimate
+        try:
+            return psutil.Process().create_time()
+        except psutil.Error:  # pragma: no cover
+            return time.time()
 
 
 def utc(ts: float) -> str:
