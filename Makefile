@@ -1,5 +1,5 @@
 # dlinfra: `make demo` (set-up + a small campaign on a local testbed + report), `make test`.
-# `make openstack`: the venv the ironic provider's tests start a standalone Ironic from (.venv-openstack).
+# `make openstack`: the venvs the ironic and nova providers' tests start OpenStack services from (.venv-openstack, .venv-nova).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -21,7 +21,8 @@ $(STAMP): pyproject.toml scripts/install-deps.sh
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-# Standalone OpenStack Ironic for the ironic provider's tests, in its own venv (stamped by its pinned versions).
+# The OpenStack services the ironic and nova providers are tested on (Ironic; Keystone, Placement, Glance, Neutron,
+# Nova), each set in its own venv (stamped by its pinned versions).
 openstack:
 	scripts/install-openstack.sh
 
@@ -46,4 +47,4 @@ bench: setup daemons
 	$(BIN)/python bench/orchestration.py
 
 clean:
-	rm -rf $(VENV) .venv-openstack .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-openstack .venv-nova .pytest_cache .ruff_cache
