@@ -52,6 +52,8 @@ REGION = "RegionOne"
 COMPUTE_HOST = "dlinfra-compute"
 PHYSNET = "physnet1"
 NETWORK = "dlinfra-net"
+#: The PCI alias Nova knows (the fake host has no such device: asking for it is "No valid host").
+PCI_ALIAS = {"name": "gpu-a100", "vendor_id": "10de", "product_id": "20b0", "device_type": "type-PCI"}
 #: Seconds the fake L2 agent's one heartbeat counts as alive (about 23 days; Neutron allows at most 2^31 ms).
 AGENT_DOWN_TIME = 2_000_000
 #: The services that get a Keystone user and a catalog entry.
@@ -416,14 +418,20 @@ class OpenStackServices:
             f"instances_path = {folder}/instances\ncpu_allocation_ratio = 1.0\nram_allocation_ratio = 1.0\n"
             f"disk_allocation_ratio = 1.0\n"
             f"[wsgi]\napi_paste_config = {folder}/api-paste.ini\n[api]\nauth_strategy = keystone\n"
-            f"[api_database]\nconnection = sqlite:///{folder}/nova_api.sqlite\n"
-            f"[database]\nconnection = sqlite:///{folder}/nova_cell1.sqlite\n"
+            # sqlite waits up to 60 s for a lock (5 s by default): conductor, scheduler, compute and API share the
+            # files from one process, and on a busy machine a delete otherwise ends in "database is locked".
+            f"[api_database]\nconnection = sqlite:///{folder}/nova_api.sqlite?timeout=60\n"
+            f"[database]\nconnection = sqlite:///{folder}/nova_cell1.sqlite?timeout=60\n"
             f"{_authtoken('nova', pw, keystone)}"
             f"{_auth_section('service_user', 'nova', pw, keystone)}send_service_user_token = true\n"
             f"{_auth_section('placement', 'placement', pw, keystone)}"
             f"{_auth_section('glance', 'glance', pw, keystone)}"
             f"{_auth_section('neutron', 'neutron', pw, keystone)}"
             f"[scheduler]\nworkers = 1\n[conductor]\nworkers = 1\n[vnc]\nenabled = false\n"
+            # No quota between a test and the scheduler ("No valid host" must be the scheduler's verdict), and
+            # a PCI alias, so that a flavor asking for pci_passthrough:alias reaches the scheduler.
+            "[quota]\ncores = -1\nram = -1\ninstances = -1\n"
+            f"[pci]\nalias = {json.dumps(PCI_ALIAS)}\n"
             f"[oslo_concurrency]\nlock_path = {folder}/locks\n[oslo_messaging_notifications]\ndriver = noop\n"
         )
         for sub in ("state", "instances", "locks"):
@@ -431,7 +439,7 @@ class OpenStackServices:
         manage = [self._bin("nova-manage"), "--config-file", str(folder / "nova.conf")]
         self._run("nova-manage api_db sync", [*manage, "api_db", "sync"])
         self._run("nova-manage cell_v2 map_cell0", [*manage, "cell_v2", "map_cell0", "--database_connection",
-                                                     f"sqlite:///{folder}/nova_cell0.sqlite"])  # fmt: skip
+                                                     f"sqlite:///{folder}/nova_cell0.sqlite?timeout=60"])  # fmt: skip
         self._run("nova-manage cell_v2 create_cell", [*manage, "cell_v2", "create_cell", "--name", "cell1"])
         self._run("nova-manage db sync", [*manage, "db", "sync"])
         self._wait_http("placement", self.url("placement"))
