@@ -59,6 +59,8 @@ _ALIAS = re.compile(r"^[A-Za-z0-9_.-]+$")
 _HOST_KEY = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa) ([A-Za-z0-9+/=]+)(?:\s|$)")
 DEFAULT_PREFIX = "dlinfra-vm-"
 SETTLE_TIMEOUT_S = 300.0
+#: How many times a server that a delete left in ERROR is asked to delete again.
+DELETE_RETRIES = 2
 
 
 def _positive_int(value: Any) -> bool:
@@ -619,10 +621,21 @@ def remove_run(
         run_nova_playbook("down.yml", cloud, extravars, label=label, clouds_yaml=clouds_yaml,
                           artifacts_dir=artifacts_dir)  # fmt: skip
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    retries = DELETE_RETRIES
     while remaining := run_servers(conn, prefix, label):
-        if time.monotonic() > deadline:
-            names = ", ".join(f"{s.name} {s.status}" for s in remaining)
-            raise TargetError(f"nova: servers of run {label} still listed {SETTLE_TIMEOUT_S:g} s after delete: {names}")
+        failed = [s for s in remaining if s.status == "ERROR" and not s.task_state]
+        if failed and retries:  # a delete that failed in the compute service leaves the server in ERROR: ask again
+            retries -= 1
+            again = {"nova_servers": [{"id": s.id, "name": s.name} for s in failed], "nova_flavor": "",
+                     "nova_keypair": "", "nova_images": []}  # fmt: skip
+            run_nova_playbook("down.yml", cloud, again, label=label, clouds_yaml=clouds_yaml,
+                              artifacts_dir=artifacts_dir)  # fmt: skip
+        elif time.monotonic() > deadline or failed:
+            names = "; ".join(f"{s.name} {s.status}: {(s.fault or {}).get('message', '')}" for s in remaining)
+            raise TargetError(
+                f"nova: servers of run {label} still listed after delete: {names}",
+                f"dlinfra sweep --run {label} tries again; see openstack server show",
+            )
         time.sleep(interval)
 
 
