@@ -10,7 +10,7 @@ Placement, Glance and Neutron it cannot run without. What runs (all on 127.0.0.1
 - Placement (sqlite), Glance (sqlite, file store);
 - a Neutron API server on MariaDB (its migrations fail on sqlite): ML2 with flat networks, no mechanism
   driver and no agent (a port cannot be bound here: the tests boot servers without a network);
-- Nova in one process (``openstack_apps/nova_aio.py``: API, conductor, scheduler, compute) with the
+- Nova on MariaDB, in one process (``openstack_apps/nova_aio.py``: API, conductor, scheduler, compute) with the
   in-memory RPC transport (``fake:/``, no RabbitMQ) and ``compute_driver = fake.FakeDriverWithoutFakeNodes``:
   servers go through the real API, scheduler, placement allocations and compute manager, and reach
   ACTIVE, but there is no guest behind them.
@@ -48,6 +48,8 @@ VENV_VAR = "DLINFRA_NOVA_VENV"
 CLOUD_NAME = "dlinfra-nova"
 APPS = Path(__file__).resolve().parent / "openstack_apps"
 REGION = "RegionOne"
+#: MariaDB's databases: Neutron's (its migrations fail on sqlite) and Nova's three.
+MYSQL_DATABASES = ("neutron", "nova_api", "nova_cell0", "nova")
 #: The compute host's name, the physical network of the flat network and that network's name.
 COMPUTE_HOST = "dlinfra-compute"
 PHYSNET = "physnet1"
@@ -222,7 +224,7 @@ class OpenStackServices:
             env,
         )  # fmt: skip
 
-    # MariaDB, for Neutron only: a private server on a unix socket in the state folder.
+    # MariaDB, for Neutron and Nova: a private server on a unix socket in the state folder.
     @property
     def _mysql_socket(self) -> str:
         assert self.state_dir is not None
@@ -244,7 +246,7 @@ class OpenStackServices:
         )  # fmt: skip
         proc = self.procs[-1]
         while True:
-            argv = [*self._mysql(), "-e", "CREATE DATABASE IF NOT EXISTS neutron"]
+            argv = [*self._mysql(), "-e", "; ".join(f"CREATE DATABASE IF NOT EXISTS {db}" for db in MYSQL_DATABASES)]
             done = subprocess.run(argv, capture_output=True, text=True, check=False)
             if done.returncode == 0:
                 return
@@ -357,7 +359,7 @@ class OpenStackServices:
         folder = self._dir("neutron")
         keystone = self.url("keystone")
         shutil.copy(nova_venv() / "etc" / "neutron" / "api-paste.ini", folder / "api-paste.ini")
-        db = f"mysql+pymysql://root@localhost/neutron?unix_socket={self._mysql_socket}&charset=utf8"
+        db = self._db_url("neutron")
         (folder / "neutron.conf").write_text(
             f"[DEFAULT]\nuse_stderr = true\ncore_plugin = ml2\nservice_plugins =\nauth_strategy = keystone\n"
             f"api_paste_config = {folder}/api-paste.ini\ntransport_url = fake:/\nstate_path = {folder}/state\n"
@@ -393,6 +395,9 @@ class OpenStackServices:
         )
         self._run("registering the fake L2 agent", [*self._mysql(), "neutron", "-e", sql])
 
+    def _db_url(self, database: str) -> str:
+        return f"mysql+pymysql://root@localhost/{database}?unix_socket={self._mysql_socket}&charset=utf8"
+
     def _mysql(self) -> list[str]:
         return [shutil.which("mariadb") or "mariadb", "--no-defaults", "-S", self._mysql_socket, "-uroot"]
 
@@ -418,10 +423,10 @@ class OpenStackServices:
             f"instances_path = {folder}/instances\ncpu_allocation_ratio = 1.0\nram_allocation_ratio = 1.0\n"
             f"disk_allocation_ratio = 1.0\n"
             f"[wsgi]\napi_paste_config = {folder}/api-paste.ini\n[api]\nauth_strategy = keystone\n"
-            # sqlite waits up to 60 s for a lock (5 s by default): conductor, scheduler, compute and API share the
-            # files from one process, and on a busy machine a delete otherwise ends in "database is locked".
-            f"[api_database]\nconnection = sqlite:///{folder}/nova_api.sqlite?timeout=60\n"
-            f"[database]\nconnection = sqlite:///{folder}/nova_cell1.sqlite?timeout=60\n"
+            # MariaDB, not sqlite: conductor, scheduler, compute and API write from threads of one process, and on
+            # a busy machine sqlite then fails deletes with "database is locked".
+            f"[api_database]\nconnection = {self._db_url('nova_api')}\n"
+            f"[database]\nconnection = {self._db_url('nova')}\n"
             f"{_authtoken('nova', pw, keystone)}"
             f"{_auth_section('service_user', 'nova', pw, keystone)}send_service_user_token = true\n"
             f"{_auth_section('placement', 'placement', pw, keystone)}"
@@ -439,7 +444,7 @@ class OpenStackServices:
         manage = [self._bin("nova-manage"), "--config-file", str(folder / "nova.conf")]
         self._run("nova-manage api_db sync", [*manage, "api_db", "sync"])
         self._run("nova-manage cell_v2 map_cell0", [*manage, "cell_v2", "map_cell0", "--database_connection",
-                                                     f"sqlite:///{folder}/nova_cell0.sqlite?timeout=60"])  # fmt: skip
+                                                     self._db_url("nova_cell0")])  # fmt: skip
         self._run("nova-manage cell_v2 create_cell", [*manage, "cell_v2", "create_cell", "--name", "cell1"])
         self._run("nova-manage db sync", [*manage, "db", "sync"])
         self._wait_http("placement", self.url("placement"))
