@@ -42,9 +42,10 @@ lint: setup
 test: setup daemons openstack lint
 	$(BIN)/pytest
 
-bench: setup daemons
+bench: setup daemons openstack
 	$(BIN)/python bench/payload_overhead.py
 	$(BIN)/python bench/orchestration.py
+	$(BIN)/python bench/openstack.py
 
 clean:
 	rm -rf $(VENV) .venv-openstack .venv-nova .pytest_cache .ruff_cache
