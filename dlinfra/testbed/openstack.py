@@ -300,7 +300,9 @@ class OpenStackServices:
         """An openstacksdk connection as the cloud's admin."""
         import openstack.config
 
-        region = openstack.config.OpenStackConfig(config_files=[str(self.clouds_yaml)]).get_one(cloud=self.cloud)
+        # load_envvars=False: OS_CLIENT_CONFIG_FILE (another test cloud's, say) would be read before this file.
+        config = openstack.config.OpenStackConfig(config_files=[str(self.clouds_yaml)], load_envvars=False)
+        region = config.get_one(cloud=self.cloud)
         return openstack.connection.Connection(config=region)
 
     def _catalog(self) -> None:
