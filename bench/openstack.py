@@ -188,7 +188,8 @@ def main() -> int:
             nova.stop()
             ironic.stop()
     print()
-    print(f"median of {args.repeats}, seconds   up: provider    API overhead   down: provider    API overhead")
+    print(f"{'median of ' + str(args.repeats) + ', s':<18} {'up':>7} {'API':>7} {'overhead':>8}   "
+          f"{'down':>7} {'API':>7} {'overhead':>8}")  # fmt: skip
     for row in rows:
         print(row)
     return 0
