@@ -8,8 +8,10 @@ Placement, Glance and Neutron it cannot run without. What runs (all on 127.0.0.1
   users (nova, placement, glance, neutron) hold ``admin`` and ``service`` (keystonemiddleware asks
   service tokens for the ``service`` role, or Nova's calls to Neutron get 401);
 - Placement (sqlite), Glance (sqlite, file store);
-- a Neutron API server on MariaDB (its migrations fail on sqlite): ML2 with flat networks, no mechanism
-  driver and no agent (a port cannot be bound here: the tests boot servers without a network);
+- a Neutron API server on MariaDB (its migrations fail on sqlite): ML2 with flat networks and Neutron's own
+  ``fake_agent`` test mechanism driver, which binds ports to an L2 agent registered here that never
+  reports (no agent process; the fake virt driver plugs no VIF), and one shared flat network with a
+  subnet, so servers boot with a real port and address;
 - Nova on MariaDB, in one process (``openstack_apps/nova_aio.py``: API, conductor, scheduler, compute) with the
   in-memory RPC transport (``fake:/``, no RabbitMQ) and ``compute_driver = fake.FakeDriverWithoutFakeNodes``:
   servers go through the real API, scheduler, placement allocations and compute manager, and reach
