@@ -14,6 +14,8 @@ PACKAGES=(
   debootstrap
   # the store's PostgreSQL tests
   postgresql
+  # the nova provider's tests: Neutron's database (dlinfra/testbed/openstack.py)
+  mariadb-server
   # the controller's Python environment
   python3 python3-venv python3-dev gcc make
   # the report's headless render test

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# The venv the tests' standalone OpenStack Ironic runs from (dlinfra/testbed/ironic.py): $DLINFRA_OPENSTACK_VENV,
-# default .venv-openstack. Apart from the controller's venv: Ironic pins its own oslo.* and SQLAlchemy 2.0.
-# Idempotent: a stamp names the pinned versions, so a second run with the same pins does nothing.
+# The venvs the tests' OpenStack services run from, apart from the controller's venv (each service pins its own
+# oslo.* and SQLAlchemy 2.0):
+# - $DLINFRA_OPENSTACK_VENV (default .venv-openstack): a standalone Ironic (dlinfra/testbed/ironic.py);
+# - $DLINFRA_NOVA_VENV (default .venv-nova): Keystone, Placement, Glance, Neutron and Nova
+#   (dlinfra/testbed/openstack.py), installed with -c scripts/openstack-constraints.txt.
+# Two venvs, because the constraints file that the Nova stack needs conflicts with ironic 39 itself.
+# Idempotent: a stamp in each venv names its pinned versions, so a second run with the same pins does nothing.
 set -euo pipefail
 
 IRONIC_VERSION=39.0.0
@@ -11,18 +15,31 @@ SQLALCHEMY_VERSION=2.0.52
 PYTHON=${PYTHON:-python3}
 
 cd "$(dirname "$0")/.."
-VENV=${DLINFRA_OPENSTACK_VENV:-.venv-openstack}
-PINS="ironic==${IRONIC_VERSION} SQLAlchemy==${SQLALCHEMY_VERSION}"
-STAMP="${VENV}/.dlinfra-installed"
 
-if [[ -f ${STAMP} && "$(cat "${STAMP}")" == "${PINS}" && -x ${VENV}/bin/ironic ]]; then
-  exit 0
-fi
-if [[ ! -x ${VENV}/bin/python ]]; then
-  "${PYTHON}" -m venv "${VENV}"
-fi
-"${VENV}/bin/pip" install -q --upgrade pip
-# shellcheck disable=SC2086 # PINS is a list of requirement specifiers
-"${VENV}/bin/pip" install -q ${PINS}
-echo "${PINS}" > "${STAMP}"
-echo "install-openstack: Ironic ${IRONIC_VERSION} in ${VENV}"
+# install VENV STAMP PIP-ARGS...: pip install PIP-ARGS into VENV, unless its stamp file already holds STAMP.
+install() {
+  local venv=$1 want=$2
+  shift 2
+  local stamp="${venv}/.dlinfra-installed"
+  if [[ -f ${stamp} && "$(cat "${stamp}")" == "${want}" ]]; then
+    return 0
+  fi
+  if [[ ! -x ${venv}/bin/python ]]; then
+    "${PYTHON}" -m venv "${venv}"
+  fi
+  "${venv}/bin/pip" install -q --upgrade pip
+  "${venv}/bin/pip" install -q "$@"
+  echo "${want}" > "${stamp}"
+  echo "install-openstack: ${want} in ${venv}"
+}
+
+IRONIC_PINS=("ironic==${IRONIC_VERSION}" "SQLAlchemy==${SQLALCHEMY_VERSION}")
+install "${DLINFRA_OPENSTACK_VENV:-.venv-openstack}" "${IRONIC_PINS[*]}" "${IRONIC_PINS[@]}"
+
+# nova 34 needs keystoneauth1 and oslo.versionedobjects newer than the constraints file had: those two lines
+# are dropped from the copy in scripts/ (its header says so). pyroute2: neutron's migrations import it.
+NOVA_PINS=(nova==34.0.0 openstack-placement==16.0.0 glance==33.0.0 keystone==30.0.0 neutron==29.0.0 gunicorn PyMySQL
+  pyroute2)
+CONSTRAINTS_HASH=$(sha256sum scripts/openstack-constraints.txt | cut -c1-16)
+install "${DLINFRA_NOVA_VENV:-.venv-nova}" "${NOVA_PINS[*]} constraints:${CONSTRAINTS_HASH}" \
+  -c scripts/openstack-constraints.txt "${NOVA_PINS[@]}"

@@ -256,6 +256,10 @@ def _message(res: dict[str, Any]) -> str:
     """The most useful line of a failed task's result."""
     if res.get("_ansible_no_log"):
         return "(output hidden by no_log)"
+    items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
+    if items:  # a loop: "One or more items failed" says nothing; the first failed item says what
+        label = items[0].get("_ansible_item_label", items[0].get("item"))
+        return (f"item {label}: " if isinstance(label, str | int) else "") + _message(items[0])
     parts = [str(res.get("msg") or "").strip()]
     for key in ("stderr", "module_stderr", "stdout"):
         value = str(res.get(key) or "").strip()

@@ -2,7 +2,9 @@
 
 For each provider (ssh on a local-testbed host, docker and podman on it, libvirt guests on this machine, ironic:
 a real standalone Ironic whose fake-hardware node is named after the testbed host, which stands in for the
-deployed machine, since a fake node has no machine to SSH into; see tests/ironic_support.py):
+deployed machine, since a fake node has no machine to SSH into; see tests/ironic_support.py; nova: real Keystone,
+Placement, Glance, Neutron and Nova with its fake virt driver, whose server is named after the testbed host, which
+stands in for the guest the fake driver does not run; see tests/nova_support.py):
 ``validate`` refuses bad options before anything is built; ``up`` gives targets whose payload reports the
 campaign's payload hash; a second ``up`` changes nothing; ``down`` leaves nothing the provider can find
 (its own ``discover``, by label); a controller SIGKILLed in the middle of ``up`` leaves objects that
@@ -81,6 +83,17 @@ def _need_ironic() -> None:
     enroll("dlpc-h1")
 
 
+def _need_nova() -> None:
+    """Real OpenStack services (started once per test process) and a Glance image; the server is named after the
+    testbed's host ``dlpc-h1``, which stands in for the guest (Nova's fake virt driver runs none)."""
+    _need_testbed()
+    need_module("openstack")
+    from nova_support import nova_services, test_image
+
+    nova_services()  # sets OS_CLIENT_CONFIG_FILE and OS_CLOUD for this process and the controllers it starts
+    test_image()
+
+
 CASES = [
     Case(
         "ssh", "bm", {},
@@ -114,6 +127,17 @@ CASES = [
          ({"nodes": ["a"], "poll_interval": 0}, r"layer_options.bm.poll_interval"),
          ({"nodes": ["a"], "flavor": "m1"}, r"unknown option\(s\) flavor")],
         _need_ironic, deploy=True,
+    ),
+    Case(
+        "nova", "vm", {"name_prefix": "dlpc-h", "image": "dlinfra-test-image", "network": "dlinfra-net", "ram_mb": 256,
+                       "disk_gb": 1, "poll_interval": 0.1, "boot_timeout": 120},
+        [({"count": 0}, r"layer_options.vm.count: 0 must be a positive integer"),
+         ({"cpu_policy": "pinned"}, r"layer_options.vm.cpu_policy: 'pinned' is not one of dedicated"),
+         ({"pci_alias": "gpu:x"}, r"layer_options.vm.pci_alias: 'gpu:x' must be"),
+         ({"mem_page_size": "huge"}, r"layer_options.vm.mem_page_size"),
+         ({"name_prefix": "a b"}, r"layer_options.vm.name_prefix"),
+         ({"flavor": "m1"}, r"unknown option\(s\) flavor")],
+        _need_nova, deploy=True,
     ),
 ]  # fmt: skip
 IDS = [f"{c.provider}-{c.layer}" for c in CASES]
@@ -193,6 +217,8 @@ def test_up_twice_verify_the_payload_then_down_leaves_nothing(
         assert bool(made) == (case.provider != "ssh"), f"{case.provider} made {made} under {labels}"
         if case.provider == "ironic":  # the node behind the target is the one deployed, and it is active
             assert {t.details["ironic_node_name"] for t in targets} == {t.name for t in targets}
+        if case.provider == "nova":  # the server behind the target is named after the host standing in for it
+            assert [t.details["nova_server_name"] for t in targets] == [t.details["stand_in_host"] for t in targets]
         # The second up is a no-op: the same targets, and nothing new on the machine.
         assert provider.up(_spec(case, testbed, wheelhouse)) is targets
         assert _found(cls, labels) == made

@@ -62,8 +62,13 @@ def _connect(cloud: str, clouds_yaml: str | None = None) -> Any:
     import openstack.config
 
     try:
-        files = [clouds_yaml] if clouds_yaml else []
-        region = openstack.config.OpenStackConfig(config_files=files or None).get_one(cloud=cloud)
+        # A recorded clouds.yaml is read alone: OS_CLIENT_CONFIG_FILE, when it names another file, would come first.
+        config = (
+            openstack.config.OpenStackConfig(config_files=[clouds_yaml], load_envvars=False)
+            if clouds_yaml
+            else openstack.config.OpenStackConfig()
+        )
+        region = config.get_one(cloud=cloud)
         return openstack.connection.Connection(config=region)
     except Exception as exc:  # noqa: BLE001 - openstacksdk's config errors are many kinds
         raise DlinfraError(

@@ -1,0 +1,1 @@
+"""The ``nova`` provider: ``vm`` targets booted through OpenStack Nova (see ``provider.py``)."""

@@ -1,0 +1,661 @@
+"""The ``nova`` provider: ``vm`` targets booted through OpenStack Nova, then reached over SSH.
+
+What ``up`` does, in order (docs/openstack.md says it for users):
+
+1. connect to the cloud (``cloud``, else ``$OS_CLOUD``; credentials only from clouds.yaml, whose secrets
+   are registered with :mod:`dlinfra.secrets` so no output shows them) and resolve how each server will be
+   reached: an inventory host named after it (or whose host var ``dlinfra_nova_server`` names it), else its
+   address on ``network``; resolve the image (a Glance name or ID, a local file, or by default the guest
+   image dlinfra builds), uploaded once and found again by its content hash (tag ``dlinfra-sha256-<hash>``);
+2. claim a run label in the run registry and record the cloud, the flavor, keypair and server names, and
+   every image it will upload, *before* anything is created;
+3. run ``playbooks/providers/nova/up.yml`` here (``connection: local``): the ``openstack.cloud`` modules
+   upload the image, create the run's flavor (extra specs from the options) and keypair (a key made for
+   the run), and boot the servers without waiting;
+4. poll each server to ACTIVE itself (openstacksdk's own wait polls every 2 s); ERROR is one error naming
+   the server with Nova's fault (``No valid host was found`` ...) and what to do;
+5. reach each server over SSH with its host key checked: a guest's host key is read from its console
+   output (the ``ssh-ed25519 ...`` lines cloud-init prints), never accepted blindly.
+
+``down`` deletes the run's servers, flavor, keypair and the images it uploaded (``down.yml``), polls until
+Nova no longer lists the servers, and releases the claim; ``dlinfra sweep`` does the same for a run whose
+controller was killed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets as std_secrets
+import shutil
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dlinfra import secrets
+from dlinfra.errors import DlinfraError, SpecError, TargetError
+from dlinfra.inventory import InventoryHost
+from dlinfra.orchestration.runs_registry import RunClaim, claim, is_valid_label, runs_dir
+from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.providers.ironic.provider import _playbook_env
+from dlinfra.providers.ssh.provider import read_facts, target_from_host
+
+if TYPE_CHECKING:
+    from dlinfra.orchestration.sweep_report import SweepReport
+
+#: The run registry's entry kinds: the run's Nova objects (one entry), and one image it uploads.
+RUN_KIND = "nova-run"
+IMAGE_KIND = "nova-image"
+#: Server metadata key carrying the run label (flavor and keypair carry it in their names).
+LABEL_KEY = "dlinfra_run"
+CPU_POLICIES = ("dedicated", "shared", "mixed")
+_PAGE_SIZE = re.compile(r"^(small|large|any|[0-9]+(KB|MB|GB)?)$", re.IGNORECASE)
+_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,40}$")
+_ALIAS = re.compile(r"^[A-Za-z0-9_.-]+$")
+_HOST_KEY = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa) ([A-Za-z0-9+/=]+)(?:\s|$)")
+DEFAULT_PREFIX = "dlinfra-vm-"
+SETTLE_TIMEOUT_S = 300.0
+#: How many times a server that a delete left in ERROR is asked to delete again.
+DELETE_RETRIES = 2
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _region(cloud: str, clouds_yaml: str | None) -> Any:
+    """openstacksdk's config of ``cloud``; the secrets of its auth section are registered before any use."""
+    import openstack.config
+
+    try:
+        # A recorded clouds.yaml is read alone: OS_CLIENT_CONFIG_FILE, when it names another file, would come first.
+        config = (
+            openstack.config.OpenStackConfig(config_files=[clouds_yaml], load_envvars=False)
+            if clouds_yaml
+            else openstack.config.OpenStackConfig()
+        )
+        region = config.get_one(cloud=cloud)
+    except Exception as exc:  # noqa: BLE001 - openstacksdk's config errors are many kinds
+        raise DlinfraError(
+            f"cannot use OpenStack cloud {cloud!r}: {secrets.redact(str(exc))}",
+            "name a cloud of your clouds.yaml (OS_CLIENT_CONFIG_FILE, ./clouds.yaml, ~/.config/openstack)",
+        ) from None
+    secrets.register_obj({"auth": dict(region.config.get("auth") or {})})
+    secrets.register_environ()
+    return region
+
+
+def connect(cloud: str, clouds_yaml: str | None = None) -> Any:
+    """An openstacksdk connection to ``cloud`` (as clouds.yaml names it), optionally from that clouds.yaml."""
+    import openstack.connection
+
+    return openstack.connection.Connection(config=_region(cloud, clouds_yaml))
+
+
+def flavor_extra_specs(options: Mapping[str, Any]) -> dict[str, str]:
+    """The flavor extra specs the layer options ask for (Nova's names)."""
+    specs: dict[str, str] = {}
+    if "cpu_policy" in options:
+        specs["hw:cpu_policy"] = str(options["cpu_policy"])
+    if "mem_page_size" in options:
+        specs["hw:mem_page_size"] = str(options["mem_page_size"])
+    if "numa_nodes" in options:
+        specs["hw:numa_nodes"] = str(options["numa_nodes"])
+    alias = options.get("pci_alias")
+    if isinstance(alias, Mapping):
+        specs["pci_passthrough:alias"] = ",".join(f"{name}:{count}" for name, count in alias.items())
+    elif alias is not None:
+        specs["pci_passthrough:alias"] = str(alias)
+    return specs
+
+
+def file_sha256(path: Path) -> str:
+    """The file's SHA-256, cached beside it (``NAME.sha256``, keyed by size and mtime) when that is writable."""
+    stat = path.stat()
+    stamp = f"{stat.st_size}-{stat.st_mtime_ns}"
+    side = path.with_name(path.name + ".sha256")
+    if side.is_file():
+        cached = side.read_text().split()
+        if len(cached) == 2 and cached[0] == stamp:
+            return cached[1]
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 22):
+            digest.update(chunk)
+    value = digest.hexdigest()
+    try:
+        side.write_text(f"{stamp} {value}\n")
+    except OSError:
+        pass
+    return value
+
+
+def run_nova_playbook(book: str, cloud: str, extravars: dict[str, Any], *, label: str,
+                      clouds_yaml: str | None = None, artifacts_dir: Path | None = None) -> None:  # fmt: skip
+    """Run ``playbooks/providers/nova/BOOK`` here (``connection: local``, this Python)."""
+    from dlinfra.orchestration.ansible import LOCAL_HOST, new_ident, run_playbook
+
+    with _playbook_env(clouds_yaml):
+        result = run_playbook(
+            f"providers/nova/{book}",
+            inventory={"all": {"children": {"dlinfra_nova": {"hosts": {"nova": dict(LOCAL_HOST)}}}}},
+            extravars={"nova_cloud": cloud, **extravars},
+            artifacts_dir=artifacts_dir,
+            ident=new_ident("nova", Path(book).stem, label),
+            quiet=True,
+        )
+    result.raise_for_failure()
+
+
+def run_servers(conn: Any, prefix: str, label: str) -> list[Any]:
+    """The servers of run ``label``: named PREFIX<n> and carrying the label in their metadata."""
+    pattern = f"^{re.escape(prefix)}[0-9]+$"
+    return [s for s in conn.compute.servers(details=True, name=pattern) if (s.metadata or {}).get(LABEL_KEY) == label]
+
+
+class NovaProvider(Provider):
+    """``vm`` targets: Nova servers booted for the run, from a flavor, keypair (and image) made for it.
+
+    Nova's fake virt driver (the tests) gives no guest: a server is then reached as the inventory host
+    named after it, which stands in for the guest. ``ctr-vm`` stacks on these targets as on libvirt
+    guests (the containers provider brings up ``vm`` through whichever provider ``below_options`` names).
+    """
+
+    name = "nova"
+    layers: ClassVar[Mapping[str, str | None]] = {"vm": None}
+    options: ClassVar[Mapping[str, str]] = {
+        "cloud": "the cloud of your clouds.yaml that reaches Nova (default: $OS_CLOUD)",
+        "count": "how many servers (default 1)",
+        "vcpus": "vCPUs of the run's flavor (default 1)",
+        "ram_mb": "RAM of the run's flavor in MiB (default 2048)",
+        "disk_gb": "root disk of the run's flavor in GiB (default 10)",
+        "cpu_policy": "hw:cpu_policy: dedicated (pinned vCPUs), shared or mixed",
+        "mem_page_size": "hw:mem_page_size: small, large, any, or a size (2MB, 1GB) for hugepages",
+        "pci_alias": "pci_passthrough:alias: 'alias:count' or {alias: count} (GPU passthrough)",
+        "numa_nodes": "hw:numa_nodes: guest NUMA nodes",
+        "network": "the Neutron network the servers boot on (their SSH address is taken from it)",
+        "image": "a Glance image name or ID, or a local disk file uploaded once by its hash "
+        "(default: dlinfra's guest image)",
+        "keep_image": "leave an image this run uploaded in Glance for later runs (default false)",
+        "name_prefix": f"servers are named PREFIX1..PREFIXn (default {DEFAULT_PREFIX})",
+        "user": "the login user on the guests (default dlinfra)",
+        "boot_timeout": "seconds a server may take to become ACTIVE and answer SSH (default 600)",
+        "poll_interval": "seconds between server state reads (default 1.0)",
+    }
+
+    def __init__(self, layer: str) -> None:
+        super().__init__(layer)
+        self.run_label = f"nova-{std_secrets.token_hex(4)}"
+        self._claim: RunClaim | None = None
+        self._cloud = ""
+        self._clouds_yaml: str | None = None
+        self._conn: Any = None
+        self._options: dict[str, Any] = {}
+        self._artifacts: Path | None = None
+        self._hosts: dict[str, InventoryHost | None] = {}
+        self._image: str = ""
+        self._uploads: list[dict[str, Any]] = []
+        self._key: Path | None = None
+
+    # ------------------------------------------------------------ validate
+    @classmethod
+    def validate(cls, layer: str, options: Mapping[str, Any], where: str) -> None:
+        super().validate(layer, options, where)
+        for key in ("cloud", "network", "image", "user"):
+            value = options.get(key)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise SpecError(f"{where}.{key}: must be a non-empty string")
+        for key in ("count", "vcpus", "ram_mb", "numa_nodes"):
+            if key in options and not _positive_int(options[key]):
+                raise SpecError(f"{where}.{key}: {options[key]!r} must be a positive integer")
+        disk = options.get("disk_gb", 10)
+        if not isinstance(disk, int) or isinstance(disk, bool) or disk < 0:
+            raise SpecError(f"{where}.disk_gb: {disk!r} must be a whole number of GiB (0: the image's size)")
+        policy = options.get("cpu_policy")
+        if policy is not None and policy not in CPU_POLICIES:
+            raise SpecError(f"{where}.cpu_policy: {policy!r} is not one of {', '.join(CPU_POLICIES)}")
+        size = options.get("mem_page_size")
+        if size is not None and not (isinstance(size, (str, int)) and _PAGE_SIZE.match(str(size))):
+            raise SpecError(f"{where}.mem_page_size: {size!r} must be small, large, any or a size such as 2MB")
+        alias = options.get("pci_alias")
+        if alias is not None:
+            pairs = (
+                [(str(k), v) for k, v in alias.items()]
+                if isinstance(alias, Mapping)
+                else [tuple(p.split(":", 1)) if ":" in p else (p, "1") for p in str(alias).split(",")]
+                if isinstance(alias, str)
+                else None
+            )
+            if not pairs or not all(_ALIAS.match(n) and str(c).isdigit() and int(c) > 0 for n, c in pairs):
+                raise SpecError(f"{where}.pci_alias: {alias!r} must be 'alias:count[,alias:count]' or {{alias: count}}")
+        prefix = options.get("name_prefix", DEFAULT_PREFIX)
+        if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+            raise SpecError(f"{where}.name_prefix: {prefix!r} must be letters, digits and '-' (at most 41)")
+        if not isinstance(options.get("keep_image", False), bool):
+            raise SpecError(f"{where}.keep_image: must be true or false")
+        for key in ("boot_timeout", "poll_interval"):
+            if key in options and not _positive_number(options[key]):
+                raise SpecError(f"{where}.{key}: {options[key]!r} must be a positive number of seconds")
+
+    # ------------------------------------------------------------------ up
+    @property
+    def _prefix(self) -> str:
+        return str(self._options.get("name_prefix", DEFAULT_PREFIX))
+
+    @property
+    def _names(self) -> list[str]:
+        return [f"{self._prefix}{i}" for i in range(1, int(self._options.get("count", 1)) + 1)]
+
+    def create_dependencies(self, spec: LayerSpec) -> None:
+        """Check the cloud, how each server is reached and the image; then claim the run and record it all."""
+        self._options = dict(spec.options)
+        self._artifacts = spec.artifacts_dir
+        self._cloud = str(spec.options.get("cloud") or os.environ.get("OS_CLOUD") or "")
+        if not self._cloud:
+            raise TargetError(
+                "layer vm (nova): no cloud named", "set layer_options.vm.cloud or OS_CLOUD to a cloud of clouds.yaml"
+            )
+        self._clouds_yaml = os.environ.get("OS_CLIENT_CONFIG_FILE") or None
+        self._conn = connect(self._cloud, self._clouds_yaml)
+        self._hosts = {name: self._host_for(name, spec) for name in self._names}
+        self._image = self._resolve_image(spec)
+        flavor = keypair = f"dlinfra-{self.run_label}"
+        self._claim = self._claim or claim(self.run_label, "nova", cloud=self._cloud, clouds_yaml=self._clouds_yaml)
+        self._claim.add(RUN_KIND, key=self.run_label, cloud=self._cloud, clouds_yaml=self._clouds_yaml,
+                        flavor=flavor, keypair=keypair, prefix=self._prefix)  # fmt: skip
+        for upload in self._uploads:
+            self._record_image(upload)
+        self._key = _run_key(self.run_label)
+
+    def _host_for(self, name: str, spec: LayerSpec) -> InventoryHost | None:
+        """The inventory host that stands for server ``name``; None: reach it at its address on ``network``."""
+        for host in spec.hosts:
+            if host.name == name or str(host.vars.get("dlinfra_nova_server", "")) == name:
+                return host
+        if not self._options.get("network"):
+            raise TargetError(
+                f"nova server {name}: no network to reach it on and no inventory host standing for it",
+                "set layer_options.vm.network (the servers' SSH address is taken from it), or add an inventory "
+                f"host named {name} (or with host var dlinfra_nova_server: {name})",
+            )
+        return None
+
+    def _resolve_image(self, spec: LayerSpec) -> str:
+        """The image the servers boot: a Glance image by name or ID, else a file uploaded once by its hash."""
+        wanted = self._options.get("image")
+        if wanted and not Path(os.path.expanduser(str(wanted))).is_file():
+            image = self._conn.image.find_image(str(wanted), ignore_missing=True)
+            if image is None:
+                raise TargetError(
+                    f"nova: image {wanted!r} is neither in Glance (cloud {self._cloud}) nor a local file",
+                    "give a Glance image name or ID, or the path of a disk image to upload",
+                )
+            return str(image.id)
+        if wanted:
+            path = Path(os.path.expanduser(str(wanted))).resolve()
+            return self._by_hash(path, _disk_format(path), "bare", {})
+        from dlinfra.providers.libvirt.image import build_guest_image
+
+        guest = build_guest_image(payload=spec.wheelhouse)
+        if guest.kernel is None or guest.initrd is None:
+            return self._by_hash(guest.disk, "qcow2", "bare", {})
+        kernel = self._by_hash(guest.kernel, "aki", "aki", {})
+        ramdisk = self._by_hash(guest.initrd, "ari", "ari", {})
+        props = {"os_command_line": guest.cmdline or ""}
+        return self._by_hash(guest.disk, "qcow2", "bare", props, kernel=kernel, ramdisk=ramdisk)
+
+    def _by_hash(self, path: Path, disk_format: str, container: str, props: dict[str, str], **boot: str) -> str:
+        """The Glance image holding ``path`` (tag ``dlinfra-sha256-<hash>``); planned for upload when absent."""
+        digest = file_sha256(path)
+        tag = f"dlinfra-sha256-{digest}"
+        for image in self._conn.image.images(tag=tag):
+            if image.status == "active":
+                return str(image.id)
+        name = f"dlinfra-{path.stem}-{digest[:16]}"
+        upload = {"name": name, "filename": str(path), "disk_format": disk_format, "container_format": container,
+                  "tags": [tag, f"dlinfra-run-{self.run_label}"], "properties": props, **boot}  # fmt: skip
+        self._uploads.append(upload)
+        return name
+
+    def create(self, spec: LayerSpec) -> list[Target]:
+        found = {s.name: s for s in run_servers(self._conn, self._prefix, self.run_label)}
+        todo = [name for name in self._names if name not in found]
+        if todo:
+            public = self._key.with_name(self._key.name + ".pub").read_text().strip() if self._key else ""
+            server: dict[str, Any] = {"image": self._image, "metadata": {LABEL_KEY: self.run_label}}
+            if self._options.get("network"):
+                server["network"] = self._options["network"]
+            extravars = {
+                "nova_images": [u for u in self._uploads if not self._image_id(u["name"])],
+                "nova_flavor": {
+                    "name": f"dlinfra-{self.run_label}",
+                    "vcpus": int(self._options.get("vcpus", 1)),
+                    "ram": int(self._options.get("ram_mb", 2048)),
+                    "disk": int(self._options.get("disk_gb", 10)),
+                    "extra_specs": flavor_extra_specs(self._options),
+                },
+                "nova_keypair": {"name": f"dlinfra-{self.run_label}", "public_key": public},
+                "nova_servers": todo,
+                "nova_server": server,
+            }
+            run_nova_playbook("up.yml", self._cloud, extravars, label=self.run_label, clouds_yaml=self._clouds_yaml,
+                              artifacts_dir=self._artifacts)  # fmt: skip
+            for upload in self._uploads:  # record the IDs, so down and sweep delete exactly these
+                if image_id := self._image_id(upload["name"]):
+                    upload["id"] = image_id
+                    self._record_image(upload)
+        servers = wait_active(
+            self._conn, self._prefix, self.run_label, len(self._names),
+            float(self._options.get("boot_timeout", 600)), float(self._options.get("poll_interval", 1.0)),
+        )  # fmt: skip
+        return [self._target(servers[name]) for name in self._names]
+
+    def _record_image(self, upload: Mapping[str, Any]) -> None:
+        """Record an image this run uploads (before the upload; again with its ID after)."""
+        if self._claim is not None:
+            self._claim.add(
+                IMAGE_KIND, key=upload["name"], cloud=self._cloud, clouds_yaml=self._clouds_yaml, name=upload["name"],
+                id=upload.get("id"), tag=upload["tags"][0], keep=bool(self._options.get("keep_image")),
+            )  # fmt: skip
+
+    def _image_id(self, name: str) -> str | None:
+        tags = next(u["tags"][0] for u in self._uploads if u["name"] == name)
+        return next((str(i.id) for i in self._conn.image.images(tag=tags) if i.name == name), None)
+
+    def _target(self, server: Any) -> Target:
+        host = self._hosts.get(server.name)
+        details = {
+            "nova_server": server.id,
+            "nova_server_name": server.name,
+            "nova_flavor": f"dlinfra-{self.run_label}",
+            "nova_cloud": self._cloud,
+            "flavor_extra_specs": flavor_extra_specs(self._options),
+        }
+        if host is not None:  # an inventory host stands for the server (Nova's fake driver has no guest)
+            target = target_from_host(host, self.layer)
+            details["stand_in_host"] = host.name
+        else:
+            address = server_address(server, str(self._options["network"]))
+            target = Target(
+                layer=self.layer,
+                name=server.name,
+                physical_host=str(getattr(server, "hypervisor_hostname", None) or f"nova:{self._cloud}"),
+                address=address,
+                user=str(self._options.get("user", "dlinfra")),
+                key_file=str(self._key) if self._key else None,
+                known_hosts=str(_run_dir(self.run_label) / f"{server.name}.known_hosts"),
+                home=".dlinfra",
+            )
+        target.provider = self.name
+        target.details.update(details)
+        return target
+
+    def wait_ready(self, targets: list[Target]) -> None:
+        """Each server answers SSH with its host key checked and gives its facts; retried while it boots."""
+        timeout = float(self._options.get("boot_timeout", 600))
+        interval = max(float(self._options.get("poll_interval", 1.0)), 0.5)
+
+        def ready(target: Target) -> Target:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    if "stand_in_host" not in target.details:
+                        self._learn_host_key(target)
+                    return read_facts(target)
+                except Exception as exc:  # noqa: BLE001 - SSH refuses while the guest boots
+                    if time.monotonic() > deadline:
+                        raise TargetError(
+                            f"nova: server {target.name} is ACTIVE but does not answer SSH: {exc}",
+                            "check that the image runs cloud-init (it prints the host keys on the console) and sshd, "
+                            "and that this machine reaches the network's addresses",
+                        ) from None
+                    time.sleep(interval)
+
+        with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
+            list(pool.map(ready, targets))
+
+    def _learn_host_key(self, target: Target) -> None:
+        """Write the server's host keys, as its console output shows them, into its known_hosts file."""
+        assert target.known_hosts is not None
+        known = Path(target.known_hosts)
+        if known.is_file() and known.stat().st_size:
+            return
+        console = self._conn.compute.get_server_console_output(target.details["nova_server"]).get("output") or ""
+        keys = host_keys_from_console(console)
+        if not keys:
+            raise TargetError(f"nova: server {target.name}: no SSH host key on its console yet")
+        known.write_text("".join(f"{target.address} {key}\n" for key in keys))
+
+    # ---------------------------------------------------------------- down
+    def delete(self) -> None:
+        if self._claim is None:
+            return
+        conn = self._conn or connect(self._cloud, self._clouds_yaml)
+        images = [{"id": u.get("id"), "name": u["name"], "tag": u["tags"][0]} for u in self._uploads]
+        remove_run(
+            conn, self._cloud, self._clouds_yaml, self.run_label, self._prefix, f"dlinfra-{self.run_label}",
+            [] if self._options.get("keep_image") else images, artifacts_dir=self._artifacts,
+            interval=float(self._options.get("poll_interval", 1.0)),
+        )  # fmt: skip
+        shutil.rmtree(_run_dir(self.run_label), ignore_errors=True)
+        self._uploads = []
+        self._claim.release()  # only once everything is gone: a failed down() leaves the run to a sweep
+        self._claim = None
+
+    # --------------------------------------------------------------- sweep
+    @classmethod
+    def sweep(cls, label: str, objects: list[dict[str, Any]], report: SweepReport) -> None:
+        """Delete what run ``label`` recorded and is still in its cloud: servers, flavor, keypair, images."""
+        for run in [o for o in objects if o.get("kind") == RUN_KIND and o.get("cloud")]:
+            cloud, clouds_yaml = str(run["cloud"]), run.get("clouds_yaml") or None
+            if clouds_yaml and not Path(clouds_yaml).is_file():  # e.g. a test's cloud, gone with its folder
+                report.skip(f"run {label}: nova objects in cloud {cloud}: {clouds_yaml} is gone")
+                continue
+            images = [
+                {"id": o.get("id"), "name": o["name"], "tag": o.get("tag")}
+                for o in objects
+                if o.get("kind") == IMAGE_KIND and o.get("cloud") == cloud and not o.get("keep")
+            ]
+            try:
+                conn = connect(cloud, clouds_yaml)
+                prefix = str(run.get("prefix") or DEFAULT_PREFIX)
+                left = _leftovers(conn, label, prefix, str(run["flavor"]), images)
+                named = [f"{kind} {name} (cloud {cloud})" for kind, names in left.items() for name in names]
+                if not report.dry_run and named:
+                    remove_run(conn, cloud, clouds_yaml, label, prefix, str(run["flavor"]), images)
+                if named:
+                    report.add("nova objects", *named)
+            except Exception as exc:  # noqa: BLE001 - one cloud's failure is reported, the sweep goes on
+                report.error(f"run {label}: nova objects in cloud {cloud}: {secrets.redact(str(exc))}")
+        shutil.rmtree(_run_dir(label), ignore_errors=True)
+
+    @classmethod
+    def discover(cls) -> dict[str, list[dict[str, Any]]]:
+        """Recorded runs (live and dead) whose servers, flavor, keypair or uploaded images are still in their cloud.
+
+        Servers carry the run label in their metadata and flavors and keypairs in their names, but only a
+        recorded run says which cloud to look in: a run that left no claim is not found here.
+        """
+        found: dict[str, list[dict[str, Any]]] = {}
+        conns: dict[tuple[str, str | None], Any] = {}
+        for label, objects in _recorded_runs().items():
+            for run in [o for o in objects if o.get("kind") == RUN_KIND]:
+                place = (str(run.get("cloud") or ""), run.get("clouds_yaml") or None)
+                if place[1] and not Path(place[1]).is_file():
+                    continue
+                images = [o for o in objects if o.get("kind") == IMAGE_KIND and not o.get("keep")]
+                try:
+                    if place not in conns:
+                        conns[place] = connect(*place)
+                    left = _leftovers(conns[place], label, str(run.get("prefix") or DEFAULT_PREFIX),
+                                      str(run.get("flavor")), images)  # fmt: skip
+                except Exception:  # noqa: BLE001, S112 - a cloud that does not answer has nothing to find
+                    continue
+                if any(left.values()):
+                    found.setdefault(label, []).extend(objects)
+        return found
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "run_label": self.run_label, "cloud": self._cloud}
+
+
+# ------------------------------------------------------------------ helpers
+def _disk_format(path: Path) -> str:
+    """qcow2 when the file starts like one, else raw (Glance needs the format named)."""
+    with path.open("rb") as handle:
+        return "qcow2" if handle.read(4) == b"QFI\xfb" else "raw"
+
+
+def _run_dir(label: str) -> Path:
+    """The run's private folder beside its state file: the SSH key pair and the guests' known_hosts."""
+    return runs_dir() / f"{label}.nova"
+
+
+def _run_key(label: str) -> Path:
+    from dlinfra.providers.libvirt.seed import make_client_key
+
+    return make_client_key(_run_dir(label))
+
+
+def server_address(server: Any, network: str) -> str:
+    """The server's address on ``network``: a floating IPv4 first, then a fixed IPv4, then any."""
+    entries = list((server.addresses or {}).get(network) or [])
+    if not entries:
+        raise TargetError(
+            f"nova: server {server.name} has no address on network {network}",
+            f"its networks: {', '.join(server.addresses or {}) or 'none'}",
+        )
+
+    def rank(entry: Mapping[str, Any]) -> tuple[int, int]:
+        return (0 if entry.get("OS-EXT-IPS:type") == "floating" else 1, 0 if entry.get("version") == 4 else 1)
+
+    return str(sorted(entries, key=rank)[0]["addr"])
+
+
+def host_keys_from_console(console: str) -> list[str]:
+    """``TYPE BASE64`` host keys from a console log: the block cloud-init prints between
+    ``-----BEGIN SSH HOST KEY KEYS-----`` and ``-----END SSH HOST KEY KEYS-----`` (other lines are not trusted)."""
+    keys: list[str] = []
+    inside = False
+    for raw in console.splitlines():
+        line = re.sub(r"^\[[ 0-9.]+\]\s*", "", raw.strip())  # a kernel timestamp, when the console adds one
+        if "BEGIN SSH HOST KEY KEYS" in line:
+            inside = True
+        elif "END SSH HOST KEY KEYS" in line:
+            inside = False
+        elif inside and (match := _HOST_KEY.match(line)):
+            keys.append(f"{match.group(1)} {match.group(2)}")
+    return keys
+
+
+def wait_active(conn: Any, prefix: str, label: str, count: int, timeout: float, interval: float) -> dict[str, Any]:
+    """Poll the run's servers until all ``count`` are ACTIVE; ERROR or the timeout is one error naming servers."""
+    deadline = time.monotonic() + timeout
+    while True:
+        servers = {s.name: s for s in run_servers(conn, prefix, label)}
+        failed = [s for s in servers.values() if s.status == "ERROR"]
+        if failed:
+            raise TargetError(
+                "nova: " + "; ".join(_fault(conn, s) for s in failed),
+                "'No valid host' means no hypervisor has room for the flavor: lower vcpus, ram_mb or disk_gb, "
+                "drop cpu_policy/mem_page_size/pci_alias the hosts cannot give, or ask for fewer servers; "
+                "see openstack server show",
+            )
+        if len(servers) == count and all(s.status == "ACTIVE" for s in servers.values()):
+            return servers
+        if time.monotonic() > deadline:
+            states = ", ".join(f"{n} {s.status}" for n, s in sorted(servers.items())) or "none listed"
+            raise TargetError(f"nova: servers of run {label} not ACTIVE after {timeout:g} s: {states}")
+        time.sleep(interval)
+
+
+def _fault(conn: Any, server: Any) -> str:
+    fault = server.fault or {}
+    if not fault:
+        fault = conn.compute.get_server(server.id).fault or {}
+    return f"server {server.name} ({server.id}) went to ERROR: {fault.get('message') or 'Nova gave no fault'}"
+
+
+def _leftovers(conn: Any, label: str, prefix: str, flavor: str, images: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """What of a run is still in the cloud, by kind (names)."""
+    left: dict[str, list[str]] = {"server": [s.name for s in run_servers(conn, prefix, label)]}
+    left["flavor"] = [flavor] if conn.compute.find_flavor(flavor, ignore_missing=True) is not None else []
+    left["keypair"] = [flavor] if conn.compute.find_keypair(flavor, ignore_missing=True) is not None else []
+    left["image"] = [i["name"] for i in images if _find_image(conn, i) is not None]
+    return left
+
+
+def _find_image(conn: Any, image: Mapping[str, Any]) -> Any | None:
+    """A recorded upload, by ID when known, else by its name among the images with its hash tag."""
+    if image.get("id"):
+        return conn.image.find_image(str(image["id"]), ignore_missing=True)
+    if not image.get("tag"):
+        return None
+    return next((i for i in conn.image.images(tag=str(image["tag"])) if i.name == image["name"]), None)
+
+
+def remove_run(
+    conn: Any,
+    cloud: str,
+    clouds_yaml: str | None,
+    label: str,
+    prefix: str,
+    flavor: str,
+    images: list[dict[str, Any]],
+    *,
+    artifacts_dir: Path | None = None,
+    interval: float = 1.0,
+) -> None:
+    """Delete run ``label``'s servers, flavor, keypair and ``images`` (down.yml), then wait until Nova lists
+    none of its servers."""
+    servers = [{"id": s.id, "name": s.name} for s in run_servers(conn, prefix, label)]
+    found = [{"id": str(i.id), "name": str(i.name)} for i in (_find_image(conn, img) for img in images) if i]
+    left = _leftovers(conn, label, prefix, flavor, [])
+    if servers or found or left["flavor"] or left["keypair"]:
+        extravars = {"nova_servers": servers, "nova_flavor": flavor if left["flavor"] else "",
+                     "nova_keypair": flavor if left["keypair"] else "", "nova_images": found}  # fmt: skip
+        run_nova_playbook("down.yml", cloud, extravars, label=label, clouds_yaml=clouds_yaml,
+                          artifacts_dir=artifacts_dir)  # fmt: skip
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    retries = DELETE_RETRIES
+    while remaining := run_servers(conn, prefix, label):
+        failed = [s for s in remaining if s.status == "ERROR" and not s.task_state]
+        if failed and retries:  # a delete that failed in the compute service leaves the server in ERROR: ask again
+            retries -= 1
+            again = {"nova_servers": [{"id": s.id, "name": s.name} for s in failed], "nova_flavor": "",
+                     "nova_keypair": "", "nova_images": []}  # fmt: skip
+            run_nova_playbook("down.yml", cloud, again, label=label, clouds_yaml=clouds_yaml,
+                              artifacts_dir=artifacts_dir)  # fmt: skip
+        elif time.monotonic() > deadline or failed:
+            names = "; ".join(f"{s.name} {s.status}: {(s.fault or {}).get('message', '')}" for s in remaining)
+            raise TargetError(
+                f"nova: servers of run {label} still listed after delete: {names}",
+                f"dlinfra sweep --run {label} tries again; see openstack server show",
+            )
+        time.sleep(interval)
+
+
+def _recorded_runs() -> dict[str, list[dict[str, Any]]]:
+    """Every run state file's nova entries, by label, read without locking (a sweep may hold one)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    folder = runs_dir()
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        if not is_valid_label(path.stem):
+            continue
+        try:
+            data = json.loads(path.read_text() or "{}")
+        except (OSError, ValueError):  # gone, or being written: the next discover sees it
+            continue
+        objects = data.get("objects") if isinstance(data, dict) else None
+        mine = [o for o in objects or [] if isinstance(o, dict) and o.get("kind") in (RUN_KIND, IMAGE_KIND)]
+        if any(o.get("kind") == RUN_KIND for o in mine):
+            found[path.stem] = mine
+    return found

@@ -1,0 +1,75 @@
+"""Real OpenStack services for the ``nova`` provider's tests, started once per test process.
+
+Keystone, Placement, Glance, a Neutron API server (MariaDB) and Nova in one process with its fake virt
+driver (see dlinfra/testbed/openstack.py). The fake driver's servers reach ACTIVE through Nova's real
+API, scheduler, placement and compute manager, but **no guest runs behind them**: there is nothing to
+SSH into. That is the one stand-in: the tests name servers after the local testbed's hosts, and those
+hosts stand in for the guests (the provider reaches a server as the inventory host of the same name).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from support import need
+
+#: A Glance image the conformance case boots (a few bytes: the fake driver never reads it).
+TEST_IMAGE = "dlinfra-test-image"
+_STATE: dict[str, Any] = {}
+
+
+def nova_services() -> Any:
+    """The running :class:`~dlinfra.testbed.openstack.OpenStackServices`; OS_CLIENT_CONFIG_FILE and OS_CLOUD
+    point at it. Skips on a developer machine without the services' venv (``make openstack``); fails in CI."""
+    from dlinfra.testbed.openstack import OpenStackServices, nova_available, nova_venv
+
+    if "service" not in _STATE:
+        need(nova_available(), f"the OpenStack services in {nova_venv()} and mariadbd (make openstack)")
+        folder = Path(tempfile.mkdtemp(prefix="dlinfra-nova-test-"))
+        started = time.monotonic()
+        service = OpenStackServices().start(folder)
+        _STATE["start_s"] = time.monotonic() - started
+        _STATE["service"] = service
+
+        def stop() -> None:
+            service.stop()
+            shutil.rmtree(folder, ignore_errors=True)
+
+        atexit.register(stop)
+    service = _STATE["service"]
+    os.environ.update(service.env())
+    return service
+
+
+def start_seconds() -> float:
+    return float(_STATE.get("start_s", 0.0))
+
+
+def connection() -> Any:
+    return nova_services().connection()
+
+
+def test_image() -> str:
+    """The ID of :data:`TEST_IMAGE` in Glance, uploaded the first time."""
+    conn = connection()
+    image = conn.image.find_image(TEST_IMAGE, ignore_missing=True)
+    if image is None:
+        image = conn.image.create_image(
+            name=TEST_IMAGE, data=b"dlinfra fake-driver image\n", disk_format="raw", container_format="bare"
+        )
+    return str(image.id)
+
+
+def hypervisor_vcpus() -> int:
+    """How many vCPUs the fake hypervisor reports to Placement (what the scheduler can give)."""
+    conn = connection()
+    provider = next(iter(conn.placement.resource_providers()))
+    inventory = {i.resource_class: i for i in conn.placement.resource_provider_inventories(provider)}
+    vcpu = inventory["VCPU"]
+    return int((vcpu.total - vcpu.reserved) * vcpu.allocation_ratio)
