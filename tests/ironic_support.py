@@ -7,15 +7,10 @@ for the deployed machines (the provider reaches a node as the inventory host of 
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from support import need
+from support import need, session_service
 
 RESOURCE_CLASS = "dlinfra-test"
 _STATE: dict[str, Any] = {}
@@ -30,20 +25,7 @@ def ironic_service() -> Any:
 
     if "service" not in _STATE:
         need(ironic_available(), f"Ironic in {openstack_venv()} (make openstack)")
-        folder = Path(tempfile.mkdtemp(prefix="dlinfra-ironic-test-"))
-        started = time.monotonic()
-        service = IronicService().start(folder)
-        _STATE["start_s"] = time.monotonic() - started
-        _STATE["service"] = service
-
-        def stop() -> None:
-            service.stop()
-            shutil.rmtree(folder, ignore_errors=True)
-
-        atexit.register(stop)
-    service = _STATE["service"]
-    os.environ.update(service.env())
-    return service
+    return session_service(_STATE, "dlinfra-ironic-test-", lambda folder: IronicService().start(folder))
 
 
 def connection() -> Any:

@@ -9,15 +9,9 @@ hosts stand in for the guests (the provider reaches a server as the inventory ho
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
-import tempfile
-import time
-from pathlib import Path
 from typing import Any
 
-from support import need
+from support import need, session_service
 
 #: A Glance image the conformance case boots (a few bytes: the fake driver never reads it).
 TEST_IMAGE = "dlinfra-test-image"
@@ -31,20 +25,7 @@ def nova_services() -> Any:
 
     if "service" not in _STATE:
         need(nova_available(), f"the OpenStack services in {nova_venv()} and mariadbd (make openstack)")
-        folder = Path(tempfile.mkdtemp(prefix="dlinfra-nova-test-"))
-        started = time.monotonic()
-        service = OpenStackServices().start(folder)
-        _STATE["start_s"] = time.monotonic() - started
-        _STATE["service"] = service
-
-        def stop() -> None:
-            service.stop()
-            shutil.rmtree(folder, ignore_errors=True)
-
-        atexit.register(stop)
-    service = _STATE["service"]
-    os.environ.update(service.env())
-    return service
+    return session_service(_STATE, "dlinfra-nova-test-", lambda folder: OpenStackServices().start(folder))
 
 
 def start_seconds() -> float:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,3 +56,24 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600)
         env={**os.environ, **(env or {})},
         cwd=REPO,
     )
+
+
+def session_service(state: dict[str, Any], prefix: str, start: Callable[[Path], Any]) -> Any:
+    """A service (Ironic, the Nova stack) started once per test process in a temp folder, stopped and the folder
+    removed at exit; its ``env()`` (OS_CLIENT_CONFIG_FILE, OS_CLOUD) goes into os.environ. ``state`` keeps it
+    and its start time (``start_s``)."""
+    if "service" not in state:
+        folder = Path(tempfile.mkdtemp(prefix=prefix))
+        started = time.monotonic()
+        service = start(folder)
+        state["start_s"] = time.monotonic() - started
+        state["service"] = service
+
+        def stop() -> None:
+            service.stop()
+            shutil.rmtree(folder, ignore_errors=True)
+
+        atexit.register(stop)
+    service = state["service"]
+    os.environ.update(service.env())
+    return service

@@ -282,6 +282,18 @@ def _labels_on_disk() -> list[tuple[str, Path]]:
     return [(p.stem, p) for p in sorted(folder.glob("*.json")) if _LABEL.match(p.stem)]
 
 
+def recorded_objects(kinds: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """Every run state file's objects of ``kinds``, by label (labels with none left out), read without
+    locking: a provider's ``discover`` reads them while a sweep may hold a claim."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for label, path in _labels_on_disk():
+        objects = _peek(path).get("objects")
+        mine = [o for o in objects or [] if isinstance(o, dict) and o.get("kind") in kinds]
+        if mine:
+            found[label] = mine
+    return found
+
+
 def is_live(label: str) -> bool:
     """Whether a live process (this one included) holds ``label``'s claim."""
     if label in _HELD:

@@ -22,7 +22,6 @@ them back to ``available`` and releases the claim. Credentials come only the Ope
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import time
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlinfra.errors import DlinfraError, SpecError, TargetError
 from dlinfra.inventory import InventoryHost
-from dlinfra.orchestration.runs_registry import RunClaim, claim, is_valid_label, live_runs, runs_dir
+from dlinfra.orchestration.runs_registry import RunClaim, claim, live_runs, recorded_objects
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
 
@@ -491,21 +490,8 @@ class IronicProvider(Provider):
 
 
 def _recorded_nodes() -> dict[str, list[dict[str, Any]]]:
-    """Every run state file's ironic-node entries, by label, read without locking (a sweep may hold one)."""
-    found: dict[str, list[dict[str, Any]]] = {}
-    folder = runs_dir()
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        if not is_valid_label(path.stem):
-            continue
-        try:
-            data = json.loads(path.read_text() or "{}")
-        except (OSError, ValueError):  # gone, or being written: the next discover sees it
-            continue
-        objects = data.get("objects") if isinstance(data, dict) else None
-        nodes = [o for o in objects or [] if isinstance(o, dict) and o.get("kind") == NODE_KIND]
-        if nodes:
-            found[path.stem] = nodes
-    return found
+    """Every run state file's ironic-node entries, by label."""
+    return recorded_objects({NODE_KIND})
 
 
 def _taken_by_live_runs() -> set[str]:

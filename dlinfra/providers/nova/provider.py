@@ -25,7 +25,6 @@ controller was killed.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import secrets as std_secrets
@@ -39,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dlinfra import secrets
 from dlinfra.errors import DlinfraError, SpecError, TargetError
 from dlinfra.inventory import InventoryHost
-from dlinfra.orchestration.runs_registry import RunClaim, claim, is_valid_label, runs_dir
+from dlinfra.orchestration.runs_registry import RunClaim, claim, recorded_objects, runs_dir
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.ironic.provider import _playbook_env
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
@@ -644,18 +643,6 @@ def remove_run(
 
 
 def _recorded_runs() -> dict[str, list[dict[str, Any]]]:
-    """Every run state file's nova entries, by label, read without locking (a sweep may hold one)."""
-    found: dict[str, list[dict[str, Any]]] = {}
-    folder = runs_dir()
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        if not is_valid_label(path.stem):
-            continue
-        try:
-            data = json.loads(path.read_text() or "{}")
-        except (OSError, ValueError):  # gone, or being written: the next discover sees it
-            continue
-        objects = data.get("objects") if isinstance(data, dict) else None
-        mine = [o for o in objects or [] if isinstance(o, dict) and o.get("kind") in (RUN_KIND, IMAGE_KIND)]
-        if any(o.get("kind") == RUN_KIND for o in mine):
-            found[path.stem] = mine
-    return found
+    """Every run state file's nova entries, by label, for the runs that recorded a nova run."""
+    recorded = recorded_objects({RUN_KIND, IMAGE_KIND})
+    return {label: objs for label, objs in recorded.items() if any(o.get("kind") == RUN_KIND for o in objs)}
