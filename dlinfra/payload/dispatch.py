@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import tensorflow as tf
@@ -186,26 +188,33 @@ def _resolver() -> tf.distribute.cluster_resolver.ClusterResolver:
     return tf.distribute.cluster_resolver.TFConfigClusterResolver()
 
 
-def _sync(run: Any, w: Workload, dataset: DataSet | None) -> None:
+@contextmanager
+def _sync_workers(run: Any) -> Iterator[tf.distribute.Strategy]:
+    """The sync workers' strategy, with the control channel around the work: a lost peer fails the run, and
+    at the end the chief waits for every worker (or a worker says goodbye) once the record is due."""
     server, client = _control(run)
     finished = threading.Event()
     if client is not None:
         client.watch(finished, run.fail_now)
-    a = run.args
     # No collective timeout: a slow first step (tracing a big model) must not fail the run; lost
     # peers are caught by the control channel instead.
     strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=_resolver())
     run.devices = _devices()
-    plan = _plan(run, w, dataset)
-    run.progress = training.Progress()
-    run.final_accuracy = training.train_sync(plan, run.progress, strategy)
-    _finish_extra(run, plan)
+    yield strategy
     finished.set()
     if server is not None:
-        server.finish(run.progress.global_step, wait=a.peer_timeout)
+        server.finish(run.progress.global_step, wait=run.args.peer_timeout)
     else:
         run.write(None)
         client.bye()  # type: ignore[union-attr]
+
+
+def _sync(run: Any, w: Workload, dataset: DataSet | None) -> None:
+    with _sync_workers(run) as strategy:
+        plan = _plan(run, w, dataset)
+        run.progress = training.Progress()
+        run.final_accuracy = training.train_sync(plan, run.progress, strategy)
+        _finish_extra(run, plan)
 
 
 def _allreduce(run: Any, w: Workload) -> None:
@@ -213,33 +222,22 @@ def _allreduce(run: Any, w: Workload) -> None:
     on CPUs): time and bandwidth per message size; every worker records its own figures."""
     from dlinfra.payload.workloads import kernels
 
-    server, client = _control(run)
-    finished = threading.Event()
-    if client is not None:
-        client.watch(finished, run.fail_now)
     a = run.args
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=_resolver())
-    run.devices = _devices()
-    sizes = kernels.message_sizes(a.size or w.size)
-    progress = training.Progress()
-    run.progress = progress
-    run.batch_size = None
-    training.mark_ready(a.ready_file)
-    figures = kernels.allreduce(strategy, sizes, a.warmup_steps, a.steps, progress.clock)
-    progress.warmup_steps, progress.measured_steps = a.warmup_steps * len(sizes), a.steps * len(sizes)
-    progress.global_step = progress.warmup_steps + progress.measured_steps
-    progress.examples_per_step = 1  # throughput: all-reduce calls per second
-    run.extra.update(
-        allreduce=figures,
-        processes=strategy.num_replicas_in_sync,
-        busbw_gbytes_per_sec=max(f["busbw_gbytes_per_sec"] for f in figures),
-    )
-    finished.set()
-    if server is not None:
-        server.finish(progress.global_step, wait=a.peer_timeout)
-    else:
-        run.write(None)
-        client.bye()  # type: ignore[union-attr]
+    with _sync_workers(run) as strategy:
+        sizes = kernels.message_sizes(a.size or w.size)
+        progress = training.Progress()
+        run.progress = progress
+        run.batch_size = None
+        training.mark_ready(a.ready_file)
+        figures = kernels.allreduce(strategy, sizes, a.warmup_steps, a.steps, progress.clock)
+        progress.warmup_steps, progress.measured_steps = a.warmup_steps * len(sizes), a.steps * len(sizes)
+        progress.global_step = progress.warmup_steps + progress.measured_steps
+        progress.examples_per_step = 1  # throughput: all-reduce calls per second
+        run.extra.update(
+            allreduce=figures,
+            processes=strategy.num_replicas_in_sync,
+            busbw_gbytes_per_sec=max(f["busbw_gbytes_per_sec"] for f in figures),
+        )
 
 
 def _ps(run: Any, w: Workload, dataset: DataSet | None) -> None:
