@@ -21,11 +21,10 @@ them back to ``available`` and releases the claim. Credentials come only the Ope
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -34,6 +33,7 @@ from dlinfra.errors import DlinfraError, SpecError, TargetError
 from dlinfra.inventory import InventoryHost
 from dlinfra.orchestration.runs_registry import RunClaim, claim, live_runs, recorded_objects
 from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.providers.openstack_cloud import connect, layer_cloud, playbook_env
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
 
 if TYPE_CHECKING:
@@ -54,49 +54,6 @@ SETTLE_TIMEOUT_S = 300.0
 
 def _positive_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-
-
-def _connect(cloud: str, clouds_yaml: str | None = None) -> Any:
-    """An openstacksdk connection to ``cloud`` (as clouds.yaml names it), optionally from that clouds.yaml."""
-    import openstack.config
-
-    try:
-        # A recorded clouds.yaml is read alone: OS_CLIENT_CONFIG_FILE, when it names another file, would come first.
-        config = (
-            openstack.config.OpenStackConfig(config_files=[clouds_yaml], load_envvars=False)
-            if clouds_yaml
-            else openstack.config.OpenStackConfig()
-        )
-        region = config.get_one(cloud=cloud)
-        return openstack.connection.Connection(config=region)
-    except Exception as exc:  # noqa: BLE001 - openstacksdk's config errors are many kinds
-        raise DlinfraError(
-            f"cannot use OpenStack cloud {cloud!r}: {exc}",
-            "name a cloud of your clouds.yaml (OS_CLIENT_CONFIG_FILE, ./clouds.yaml, ~/.config/openstack)",
-        ) from None
-
-
-#: Put first on PYTHONPATH for the playbooks: its sitecustomize works around openstack.cloud + openstacksdk 4.
-SDK_COMPAT = Path(__file__).resolve().parent / "sdk_compat"
-
-
-@contextlib.contextmanager
-def _playbook_env(clouds_yaml: str | None) -> Iterator[None]:
-    """The playbook's environment: clouds.yaml through OS_CLIENT_CONFIG_FILE (the recorded one, when given),
-    and :data:`SDK_COMPAT` first on PYTHONPATH. Restored afterwards."""
-    names = ("OS_CLIENT_CONFIG_FILE", "PYTHONPATH")
-    old = {name: os.environ.get(name) for name in names}
-    if clouds_yaml:
-        os.environ["OS_CLIENT_CONFIG_FILE"] = clouds_yaml
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SDK_COMPAT), old["PYTHONPATH"]) if p)
-    try:
-        yield
-    finally:
-        for name, value in old.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _node_state(conn: Any, node_id: str) -> Any | None:
@@ -121,7 +78,7 @@ def run_node_playbook(
     """Run ``playbooks/providers/ironic/BOOK`` here (``connection: local``, this Python) on ``nodes``."""
     from dlinfra.orchestration.ansible import LOCAL_HOST, new_ident, run_playbook
 
-    with _playbook_env(clouds_yaml):
+    with playbook_env(clouds_yaml):
         result = run_playbook(
             f"providers/ironic/{book}",
             inventory={"all": {"children": {"dlinfra_ironic": {"hosts": {"ironic": dict(LOCAL_HOST)}}}}},
@@ -252,13 +209,9 @@ class IronicProvider(Provider):
         """Check the cloud, the nodes and their inventory hosts, then claim the run and record the nodes."""
         self._options = dict(spec.options)
         self._artifacts = spec.artifacts_dir
-        self._cloud = str(spec.options.get("cloud") or os.environ.get("OS_CLOUD") or "")
-        if not self._cloud:
-            raise TargetError(
-                "layer bm (ironic): no cloud named", "set layer_options.bm.cloud or OS_CLOUD to a cloud of clouds.yaml"
-            )
+        self._cloud = layer_cloud("bm", "ironic", spec.options)
         self._clouds_yaml = os.environ.get("OS_CLIENT_CONFIG_FILE") or None
-        self._conn = _connect(self._cloud, self._clouds_yaml)
+        self._conn = connect(self._cloud, self._clouds_yaml)
         nodes = self._resolve_nodes(spec.options)
         self._picked = [(node, self._host_for(node, spec)) for node in nodes]
         self._drive_keys = self._config_drive_keys(spec) if spec.options.get("config_drive", True) else None
@@ -410,7 +363,7 @@ class IronicProvider(Provider):
         if self._claim is None:
             return
         if self._recorded:
-            conn = self._conn or _connect(self._cloud or "", self._clouds_yaml)
+            conn = self._conn or connect(self._cloud or "", self._clouds_yaml)
             _undeploy(
                 conn,
                 self._cloud or "",
@@ -443,7 +396,7 @@ class IronicProvider(Provider):
                 report.skip(f"run {label}: ironic nodes {', '.join(nodes.values())}: {clouds_yaml} is gone")
                 continue
             try:
-                conn = _connect(cloud, clouds_yaml)
+                conn = connect(cloud, clouds_yaml)
                 mine = {}
                 for node_id, name in nodes.items():
                     if node_id in live:
@@ -477,7 +430,7 @@ class IronicProvider(Provider):
                     continue
                 try:
                     if place not in conns:
-                        conns[place] = _connect(*place)
+                        conns[place] = connect(*place)
                     node = _node_state(conns[place], str(obj.get("node")))
                 except Exception:  # noqa: BLE001, S112 - a cloud that does not answer has nothing to find
                     continue

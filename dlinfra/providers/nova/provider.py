@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlinfra import secrets
-from dlinfra.errors import DlinfraError, SpecError, TargetError
+from dlinfra.errors import SpecError, TargetError
 from dlinfra.inventory import InventoryHost
 from dlinfra.orchestration.runs_registry import RunClaim, claim, recorded_objects, runs_dir
 from dlinfra.providers.base import LayerSpec, Provider, Target
-from dlinfra.providers.ironic.provider import _playbook_env
+from dlinfra.providers.openstack_cloud import connect, layer_cloud, playbook_env
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
 
 if TYPE_CHECKING:
@@ -68,35 +68,6 @@ def _positive_int(value: Any) -> bool:
 
 def _positive_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-
-
-def _region(cloud: str, clouds_yaml: str | None) -> Any:
-    """openstacksdk's config of ``cloud``; the secrets of its auth section are registered before any use."""
-    import openstack.config
-
-    try:
-        # A recorded clouds.yaml is read alone: OS_CLIENT_CONFIG_FILE, when it names another file, would come first.
-        config = (
-            openstack.config.OpenStackConfig(config_files=[clouds_yaml], load_envvars=False)
-            if clouds_yaml
-            else openstack.config.OpenStackConfig()
-        )
-        region = config.get_one(cloud=cloud)
-    except Exception as exc:  # noqa: BLE001 - openstacksdk's config errors are many kinds
-        raise DlinfraError(
-            f"cannot use OpenStack cloud {cloud!r}: {secrets.redact(str(exc))}",
-            "name a cloud of your clouds.yaml (OS_CLIENT_CONFIG_FILE, ./clouds.yaml, ~/.config/openstack)",
-        ) from None
-    secrets.register_obj({"auth": dict(region.config.get("auth") or {})})
-    secrets.register_environ()
-    return region
-
-
-def connect(cloud: str, clouds_yaml: str | None = None) -> Any:
-    """An openstacksdk connection to ``cloud`` (as clouds.yaml names it), optionally from that clouds.yaml."""
-    import openstack.connection
-
-    return openstack.connection.Connection(config=_region(cloud, clouds_yaml))
 
 
 def flavor_extra_specs(options: Mapping[str, Any]) -> dict[str, str]:
@@ -142,7 +113,7 @@ def run_nova_playbook(book: str, cloud: str, extravars: dict[str, Any], *, label
     """Run ``playbooks/providers/nova/BOOK`` here (``connection: local``, this Python)."""
     from dlinfra.orchestration.ansible import LOCAL_HOST, new_ident, run_playbook
 
-    with _playbook_env(clouds_yaml):
+    with playbook_env(clouds_yaml):
         result = run_playbook(
             f"providers/nova/{book}",
             inventory={"all": {"children": {"dlinfra_nova": {"hosts": {"nova": dict(LOCAL_HOST)}}}}},
@@ -257,11 +228,7 @@ class NovaProvider(Provider):
         """Check the cloud, how each server is reached and the image; then claim the run and record it all."""
         self._options = dict(spec.options)
         self._artifacts = spec.artifacts_dir
-        self._cloud = str(spec.options.get("cloud") or os.environ.get("OS_CLOUD") or "")
-        if not self._cloud:
-            raise TargetError(
-                "layer vm (nova): no cloud named", "set layer_options.vm.cloud or OS_CLOUD to a cloud of clouds.yaml"
-            )
+        self._cloud = layer_cloud("vm", "nova", spec.options)
         self._clouds_yaml = os.environ.get("OS_CLIENT_CONFIG_FILE") or None
         self._conn = connect(self._cloud, self._clouds_yaml)
         self._hosts = {name: self._host_for(name, spec) for name in self._names}
