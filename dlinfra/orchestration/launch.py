@@ -96,13 +96,13 @@ class BackgroundJob:
     thread: threading.Thread
     outcome: ProcessOutcome
 
-    @property
-    def ready_file(self) -> str:
-        return f"{self.folder}/ready"
+    @staticmethod
+    def ready_file_in(folder: str) -> str:
+        return f"{folder}/ready"
 
-    @property
-    def pid_file(self) -> str:
-        return f"{self.folder}/job.pid"
+    @staticmethod
+    def pid_file_in(folder: str) -> str:
+        return f"{folder}/job.pid"
 
     def ended(self) -> str | None:
         """Why the job is no longer running (None while it runs)."""
@@ -207,10 +207,10 @@ class Launcher:
         }
         inner = [target.python, "-m", "dlinfra.payload", "run", "--workload", workload, "--mode", "single"]
         inner += [*to_argv(values), "--context-json", json.dumps(context, sort_keys=True)]
-        inner += ["--out", f"{folder}/job.json", "--ready-file", f"{folder}/ready"]
+        inner += ["--out", f"{folder}/job.json", "--ready-file", BackgroundJob.ready_file_in(folder)]
         # Its own timeout: a controller that dies cannot leave it running for longer than two cells.
         wrapped = ["timeout", "--kill-after=5", f"{2 * timeout + 60:.0f}", *inner]
-        return ["sh", "-c", _PIDWRAP, f"{folder}/job.pid", *wrapped]
+        return ["sh", "-c", _PIDWRAP, BackgroundJob.pid_file_in(folder), *wrapped]
 
     def start_background(self, cell: Cell, repeat: int, target: Target, timeout: float) -> BackgroundJob:
         """Start the job on ``target`` (its own folder beside the cell's, which a cell's prepare clears)."""
@@ -237,7 +237,7 @@ class Launcher:
             if ended is not None:
                 raise TargetError(f"host {job.target.name}: the background job ended before its work began: {ended}")
             try:
-                if watch.run(["test", "-e", job.ready_file], timeout=30).ok:
+                if watch.run(["test", "-e", BackgroundJob.ready_file_in(job.folder)], timeout=30).ok:
                     return
             except LinkLost as exc:
                 raise TargetError(f"host {job.target.name}: cannot watch the background job: {exc.cause}") from None
@@ -253,7 +253,7 @@ class Launcher:
         target = job.target
         try:
             watch = self.pool.get(target, _BACKGROUND_SLOT + 1)
-            watch.run([target.python, "-c", _KILL, job.pid_file], timeout=15)
+            watch.run([target.python, "-c", _KILL, BackgroundJob.pid_file_in(job.folder)], timeout=15)
             job.thread.join(timeout=20)
             watch.run(["rm", "-rf", job.folder], timeout=30)
         except Exception:  # noqa: BLE001, S110 - the host may be gone; the job's timeout ends it there

@@ -78,3 +78,29 @@ def playbook_env(clouds_yaml: str | None) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def run_cloud_playbook(
+    provider: str,
+    book: str,
+    cloud: str,
+    extravars: dict[str, Any],
+    *,
+    label: str,
+    clouds_yaml: str | None = None,
+    artifacts_dir: Path | None = None,
+) -> None:
+    """Run ``playbooks/providers/PROVIDER/BOOK`` here (``connection: local``, this Python, which has
+    openstacksdk) with ``PROVIDER_cloud`` set; a failed task is one TargetError naming it."""
+    from dlinfra.orchestration.ansible import LOCAL_HOST, new_ident, run_playbook
+
+    with playbook_env(clouds_yaml):
+        result = run_playbook(
+            f"providers/{provider}/{book}",
+            inventory={"all": {"children": {f"dlinfra_{provider}": {"hosts": {provider: dict(LOCAL_HOST)}}}}},
+            extravars={f"{provider}_cloud": cloud, **extravars},
+            artifacts_dir=artifacts_dir,
+            ident=new_ident(provider, Path(book).stem, label),
+            quiet=True,
+        )
+    result.raise_for_failure()

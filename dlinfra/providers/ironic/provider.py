@@ -33,7 +33,7 @@ from dlinfra.errors import DlinfraError, SpecError, TargetError
 from dlinfra.inventory import InventoryHost
 from dlinfra.orchestration.runs_registry import RunClaim, claim, live_runs, recorded_objects
 from dlinfra.providers.base import LayerSpec, Provider, Target
-from dlinfra.providers.openstack_cloud import connect, layer_cloud, playbook_env
+from dlinfra.providers.openstack_cloud import connect, layer_cloud, run_cloud_playbook
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
 
 if TYPE_CHECKING:
@@ -75,19 +75,16 @@ def run_node_playbook(
     clouds_yaml: str | None = None,
     artifacts_dir: Path | None = None,
 ) -> None:
-    """Run ``playbooks/providers/ironic/BOOK`` here (``connection: local``, this Python) on ``nodes``."""
-    from dlinfra.orchestration.ansible import LOCAL_HOST, new_ident, run_playbook
-
-    with playbook_env(clouds_yaml):
-        result = run_playbook(
-            f"providers/ironic/{book}",
-            inventory={"all": {"children": {"dlinfra_ironic": {"hosts": {"ironic": dict(LOCAL_HOST)}}}}},
-            extravars={"ironic_cloud": cloud, "ironic_nodes": nodes},
-            artifacts_dir=artifacts_dir,
-            ident=new_ident("ironic", Path(book).stem, label),
-            quiet=True,
-        )
-    result.raise_for_failure()
+    """Run ``playbooks/providers/ironic/BOOK`` here on ``nodes``."""
+    run_cloud_playbook(
+        "ironic",
+        book,
+        cloud,
+        {"ironic_nodes": nodes},
+        label=label,
+        clouds_yaml=clouds_yaml,
+        artifacts_dir=artifacts_dir,
+    )
 
 
 def _wait_for(conn: Any, nodes: dict[str, str], goal: str, timeout: float, interval: float, what: str) -> None:

@@ -40,7 +40,7 @@ from dlinfra.errors import SpecError, TargetError
 from dlinfra.inventory import InventoryHost
 from dlinfra.orchestration.runs_registry import RunClaim, claim, recorded_objects, runs_dir
 from dlinfra.providers.base import LayerSpec, Provider, Target
-from dlinfra.providers.openstack_cloud import connect, layer_cloud, playbook_env
+from dlinfra.providers.openstack_cloud import connect, layer_cloud, run_cloud_playbook
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
 
 if TYPE_CHECKING:
@@ -110,19 +110,10 @@ def file_sha256(path: Path) -> str:
 
 def run_nova_playbook(book: str, cloud: str, extravars: dict[str, Any], *, label: str,
                       clouds_yaml: str | None = None, artifacts_dir: Path | None = None) -> None:  # fmt: skip
-    """Run ``playbooks/providers/nova/BOOK`` here (``connection: local``, this Python)."""
-    from dlinfra.orchestration.ansible import LOCAL_HOST, new_ident, run_playbook
-
-    with playbook_env(clouds_yaml):
-        result = run_playbook(
-            f"providers/nova/{book}",
-            inventory={"all": {"children": {"dlinfra_nova": {"hosts": {"nova": dict(LOCAL_HOST)}}}}},
-            extravars={"nova_cloud": cloud, **extravars},
-            artifacts_dir=artifacts_dir,
-            ident=new_ident("nova", Path(book).stem, label),
-            quiet=True,
-        )
-    result.raise_for_failure()
+    """Run ``playbooks/providers/nova/BOOK`` here."""
+    run_cloud_playbook(
+        "nova", book, cloud, extravars, label=label, clouds_yaml=clouds_yaml, artifacts_dir=artifacts_dir
+    )
 
 
 def run_servers(conn: Any, prefix: str, label: str) -> list[Any]:
