@@ -19,6 +19,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 IN_CI = bool(os.environ.get("CI"))
 
+#: The orchestration tests' local testbed; DLINFRA_TEST_TESTBED lets two checkouts run them at once on one
+#: machine, each on its own testbed (subnets are picked apart).
+TESTBED = os.environ.get("DLINFRA_TEST_TESTBED", "dlit")
+
 
 def need(available: bool, what: str) -> None:
     """Skip when a real component is missing on a developer machine; fail in CI, where .ci/run must provide it."""

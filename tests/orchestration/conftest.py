@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import need, need_binary
-
-TESTBED = "dlit"
+from support import TESTBED, need, need_binary
 
 
 @dataclass

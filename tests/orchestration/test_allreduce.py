@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support import run_cli
+from support import TESTBED, run_cli
 
 from dlinfra.errors import SpecError
 from dlinfra.orchestration.spec import load_spec
@@ -33,7 +33,8 @@ def test_allreduce_reports_bandwidth_per_size_across_two_hosts(deployed, tmp_pat
     hosts = [h.name for h in deployed.bed.state.hosts[:2]]
     spec = tmp_path / "allreduce.yml"
     spec.write_text(
-        "name: allreduce-it\ninventory: testbed:dlit\nlayers: [bm]\nwarmup_steps: 2\nsteps: 5\ncell_timeout: 240\n"
+        f"name: allreduce-it\ninventory: testbed:{TESTBED}\nlayers: [bm]\n"
+        "warmup_steps: 2\nsteps: 5\ncell_timeout: 240\n"
         f"workloads:\n  - {{name: allreduce, hosts: [{', '.join(hosts)}], "
         "matrix: {mode: [sync], workers: [2], size: ['1000x100000']}}\n"
     )

@@ -15,11 +15,11 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from support import REPO, run_cli
+from support import REPO, TESTBED, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-INVENTORY = "testbed:dlit"
+INVENTORY = f"testbed:{TESTBED}"
 
 
 def _rows(db: Path, sql: str, *params: object) -> list[sqlite3.Row]:

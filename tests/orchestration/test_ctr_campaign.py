@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import need_binary, run_cli
+from support import TESTBED, need_binary, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -38,7 +38,7 @@ def _spec(
     """mnist-dnn ps-async 1x2 across ``hosts`` (and a single cell on the first host unless ``single`` is off)."""
     names = ", ".join(hosts)
     text = (
-        f"name: bm-ctr\ninventory: testbed:dlit\nlayers: {layers}\n"
+        f"name: bm-ctr\ninventory: testbed:{TESTBED}\nlayers: {layers}\n"
         "warmup_steps: 5\nsteps: 30\ncell_timeout: 300\npeer_timeout: 90\n"
         "layer_options:\n"
         f"  ctr: {{provider: docker, hosts: [{names}], placement: spread, processes_per_host: 2,\n"

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support import run_cli
+from support import TESTBED, run_cli
 
 from dlinfra.results.export import runs_frame
 from dlinfra.results.store import open_store
@@ -19,7 +19,8 @@ def test_sync_spread_and_pack_through_dlinfra_run(deployed, tmp_path: Path) -> N
     hosts = [h.name for h in deployed.bed.state.hosts[:2]]
     spec = tmp_path / "placement.yml"
     spec.write_text(
-        "name: placement-it\ninventory: testbed:dlit\nlayers: [bm]\nwarmup_steps: 2\nsteps: 10\ncell_timeout: 240\n"
+        f"name: placement-it\ninventory: testbed:{TESTBED}\nlayers: [bm]\n"
+        "warmup_steps: 2\nsteps: 10\ncell_timeout: 240\n"
         f"workloads:\n  - {{name: mnist-dnn, hosts: [{', '.join(hosts)}], "
         "matrix: {mode: [sync], workers: [2], placement: [spread, pack], batch_size: [32]}}\n"
     )

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from support import need_binary, run_cli
+from support import TESTBED, need_binary, run_cli
 
 from dlinfra.errors import SpecError
 from dlinfra.orchestration.cells import expand, plan
@@ -139,7 +139,7 @@ def test_a_cpu_hog_on_the_same_host_is_reported_slower_and_is_gone_after(deploye
     # bound to one thread, such as mnist-dnn, hardly notices: each SSH session is its own scheduler autogroup,
     # and a second group gets the otherwise idle CPU.)
     spec.write_text(
-        "name: shared-it\ninventory: testbed:dlit\nlayers: [bm]\nrepeats: 3\nwarmup_steps: 3\nsteps: 40\n"
+        f"name: shared-it\ninventory: testbed:{TESTBED}\nlayers: [bm]\nrepeats: 3\nwarmup_steps: 3\nsteps: 40\n"
         "cell_timeout: 240\nbackground: {workload: sysbench-cpu, threads: 4}\n"
         f"workloads:\n  - {{name: cifar10-cnn, hosts: [{host.name}], matrix: {{scenario: [alone, shared], "
         "batch_size: [64]}}\n"
