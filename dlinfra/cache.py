@@ -70,8 +70,14 @@ def building() -> Iterator[None]:
     try:
         yield
     finally:
-        with _BUILDS_LOCK:
-            _BUILDS.append((started, time.monotonic()))
+        add_build(started, time.monotonic())
+
+
+def add_build(started: float, ended: float) -> None:
+    """Mark ``started``..``ended`` (time.monotonic values) as a first-time build: for work timed elsewhere,
+    such as a playbook task that fills a host's cache (see ``run_playbook``'s ``build_tasks``)."""
+    with _BUILDS_LOCK:
+        _BUILDS.append((started, ended))
 
 
 def build_seconds(since: float) -> float:

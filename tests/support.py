@@ -50,15 +50,17 @@ def need_binary(name: str) -> str:
     return path  # type: ignore[return-value]
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run the real ``dlinfra`` entry point in a subprocess, as a user would."""
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 600, cwd: Path = REPO
+) -> subprocess.CompletedProcess[str]:
+    """Run the real ``dlinfra`` entry point in a subprocess, as a user would (from the checkout unless ``cwd``)."""
     return subprocess.run(
         [sys.executable, "-m", "dlinfra", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
-        cwd=REPO,
+        cwd=cwd,
     )
 
 

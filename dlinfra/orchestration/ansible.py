@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from dlinfra import secrets
+from dlinfra.cache import add_build
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.orchestration.orphans import CONTROLLER_ENV, controller_mark
 from dlinfra.orchestration.progress import note
@@ -309,9 +310,11 @@ def run_playbook(
     timeout: int | None = None,
     limit: str | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    build_tasks: Collection[str] = (),
 ) -> PlaybookResult:
     """Run ``playbook`` against ``targets``, or an ``inventory`` (a file, or data written privately here), and
-    report per host."""
+    report per host. A task named in ``build_tasks`` that reports a change fills a cache on its host for good
+    (the payload image loaded into a host's engine): its time counts as a first-time build."""
     from ansible_runner.interface import init_runner
 
     book = Path(playbook)
@@ -323,7 +326,7 @@ def run_playbook(
         raise DlinfraError("ansible-playbook is not installed", "pip install 'dlinfra[controller]'")
     console = console or Console(stderr=True)
     private = Path(tempfile.mkdtemp(prefix="dlinfra-runner-"))
-    artifacts = Path(artifacts_dir) if artifacts_dir else private / "artifacts"
+    artifacts = Path(artifacts_dir).resolve() if artifacts_dir else private / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
     keep = keep_env()
     try:
@@ -337,7 +340,9 @@ def run_playbook(
             inv_path.write_text(yaml.safe_dump(dict(inventory), sort_keys=False))
             hosts = []
         elif inventory is not None:
-            inv_path = Path(inventory)
+            # Absolute: ansible-runner runs from its private folder, and takes a path it cannot find as the
+            # text of an inventory (one host named after the path, none of its variables).
+            inv_path = Path(inventory).resolve()
             hosts = []
         else:
             raise DlinfraError("run_playbook needs targets or an inventory")
@@ -355,6 +360,8 @@ def run_playbook(
         display = _Display(console, hosts, book.stem, quiet)
         result = PlaybookResult(playbook=book.name, status="unstarted", rc=-1)
 
+        task_started: dict[tuple[str, str], float] = {}
+
         def handle(event: dict[str, Any]) -> bool:
             # In place: ansible-runner writes this very dict to job_events/ once we return.
             clean = secrets.redact_obj(event)
@@ -367,8 +374,12 @@ def run_playbook(
             if host and kind == "runner_on_start":
                 display.update(host, task)
                 note(f"{book.stem}: {host}: {task}")
+                task_started[(host, task)] = time.monotonic()
             elif host and kind in ("runner_on_ok", "runner_on_skipped"):
                 display.update(host, task, advance=1)
+                started = task_started.pop((host, task), None)
+                if task in build_tasks and (data.get("res") or {}).get("changed") and started is not None:
+                    add_build(started, time.monotonic())
                 facts = (data.get("res") or {}).get("ansible_facts") or {}
                 if "dlinfra_report" in facts:
                     result.reports.setdefault(host, {}).update(facts["dlinfra_report"])

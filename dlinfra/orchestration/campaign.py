@@ -338,7 +338,7 @@ def run_campaign(
     set_campaign(cid)  # every run label a provider claims from now on says whose it is (dlinfra sweep --campaign)
     record_campaign(store, cid, spec)  # now: a controller killed during bring-up leaves one to resume
     say(f"campaign [bold]{cid}[/bold]: layers {', '.join(spec.layers)}; inventory {inventory_path}")
-    artifacts = Path(artifacts) if artifacts else Path("artifacts") / cid
+    artifacts = (Path(artifacts) if artifacts else Path("artifacts") / cid).resolve()  # playbooks run elsewhere
     skip = _layers_done(spec, hosts, inventory_path, store.done_cells(cid)) if resume else {}
     sweep_dead_runs(current_console())  # what crashed runs left (a --resume's own crash too) goes first
     started = time.monotonic()

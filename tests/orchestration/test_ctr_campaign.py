@@ -56,12 +56,36 @@ def _spec(
     return spec
 
 
+def _payload_image_loads(hosts: list[Any]) -> dict[tuple[str, str], str]:
+    """(host, payload image) -> when that host's dockerd last tagged it: a load tags it again."""
+    from dlinfra.providers.containers.daemons import ensure_dockerd, stop_dockerd
+
+    times = {}
+    for host in hosts:
+        engine = ensure_dockerd(host.netns, host=host.name)
+        try:
+            listed = engine.run(
+                "images", "--filter", "label=dlinfra.kind=payload", "--format", "{{.Repository}}:{{.Tag}}"
+            )
+            for image in listed.stdout.split():
+                when = engine.run("image", "inspect", "--format", "{{.Metadata.LastTagTime}}", image, what="inspect")
+                times[(host.name, image)] = when.stdout.strip()
+        finally:
+            stop_dockerd(host.netns)
+    return times
+
+
+def _image(runs: list[sqlite3.Row]) -> str:
+    (image,) = {json.loads(r["record_json"])["provenance"]["target_details"].get("image") for r in runs} - {None}
+    return image
+
+
 def _assert_nothing_left(hosts: list[Any], runs: list[sqlite3.Row]) -> None:
-    """Each host's dockerd holds no container, network or image tag of the run."""
+    """Each host's dockerd holds no container or network of the run; the payload image stays, as the testbed
+    host's image cache (keep_images' default there), so the next campaign loads nothing."""
     from dlinfra.providers.containers.daemons import ensure_dockerd, stop_dockerd
     from dlinfra.providers.containers.run import RUN_LABEL
 
-    images = {json.loads(r["record_json"])["provenance"]["target_details"].get("image") for r in runs} - {None}
     for host in hosts:
         engine = ensure_dockerd(host.netns, host=host.name)
         try:
@@ -69,7 +93,7 @@ def _assert_nothing_left(hosts: list[Any], runs: list[sqlite3.Row]) -> None:
             assert engine.run("ps", "-a", "--quiet", "--filter", label, what="ps").stdout.strip() == ""
             assert engine.run("network", "ls", "--quiet", "--filter", label, what="networks").stdout.strip() == ""
             tags = engine.run("images", "--format", "{{.Repository}}:{{.Tag}}", what="images").stdout.split()
-            assert not images & set(tags)
+            assert _image(runs) in tags, f"{host.name} lost its cached payload image"
         finally:
             stop_dockerd(host.netns)
 
@@ -80,11 +104,14 @@ def test_bm_and_ctr_cells_in_one_campaign(deployed, tmp_path: Path) -> None:
 
     hosts = deployed.bed.state.hosts[:2]
     db = tmp_path / "r.db"
+    # From another folder and with the default, relative artifacts folder, as a user runs it: every playbook
+    # (they run from ansible-runner's own folder) must still find its inventory.
     proc = run_cli(
-        "--db", str(db), "run", str(_spec(tmp_path, [h.name for h in hosts])),
-        "--campaign-id", "bm-ctr-it", "--artifacts", str(tmp_path / "art"), timeout=1500,
+        "--db", str(db), "run", str(_spec(tmp_path, [h.name for h in hosts])), "--campaign-id", "bm-ctr-it",
+        timeout=1500, cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list((tmp_path / "artifacts" / "bm-ctr-it").iterdir())
     assert "4 ok, 0 failed" in proc.stdout
     runs = _runs(db, "bm-ctr-it")
     assert len(runs) == 2 + 2 * 4  # a single row per layer, chief + ps + 2 workers per layer
@@ -128,6 +155,7 @@ def test_ps_async_across_hosts_on_bridge_networks(deployed, tmp_path: Path) -> N
     hosts = deployed.bed.state.hosts[:2]
     db = tmp_path / "r.db"
     spec = _spec(tmp_path, [h.name for h in hosts], layers="[ctr]", network="bridge", single=False)
+    cached = _payload_image_loads(hosts)  # what the test before left in the hosts' image cache
     proc = run_cli(
         "--db", str(db), "run", str(spec), "--campaign-id", "ctr-bridge-it", "--artifacts", str(tmp_path / "art"),
         timeout=900,
@@ -146,3 +174,5 @@ def test_ps_async_across_hosts_on_bridge_networks(deployed, tmp_path: Path) -> N
         assert p["hostname"] != socket.gethostname()  # its own UTS and network namespace, not the host's
     assert {p["physical_host"] for p in provs} == set(by_host)
     _assert_nothing_left(hosts, runs)
+    reloaded = [key for key, when in _payload_image_loads(hosts).items() if key in cached and cached[key] != when]
+    assert not reloaded, f"the cached image was loaded again: {reloaded}"

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 UP = "providers/containers/up.yml"
 DOWN = "providers/containers/down.yml"
 GROUP = "dlinfra_ctr_hosts"
+#: The up play's tasks (role payload_image) that load the payload image into a host's engine.
+IMAGE_LOAD_TASKS = ("Load the image from where it is on the host", "Copy the saved image", "Load it into the engine")
 
 
 @dataclass
@@ -133,7 +135,13 @@ def inventory(hosts: list[PlayHost], run_id: str) -> dict[str, Any]:
 
 
 def play(
-    book: str, hosts: list[PlayHost], run_id: str, *, artifacts_dir: Path | None = None, quiet: bool = True
+    book: str,
+    hosts: list[PlayHost],
+    run_id: str,
+    *,
+    artifacts_dir: Path | None = None,
+    quiet: bool = True,
+    build_tasks: tuple[str, ...] = (),
 ) -> PlaybookResult:
     """Run ``book`` (:data:`UP` or :data:`DOWN`) for these hosts through the wrapper; raise on any failure."""
     from dlinfra.orchestration.ansible import new_ident, run_playbook
@@ -149,16 +157,26 @@ def play(
             artifacts_dir=artifacts_dir,
             ident=new_ident("ctr", Path(book).stem, run_id),
             quiet=quiet,
+            build_tasks=build_tasks,
         )
     result.raise_for_failure()
     return result
 
 
 def run_up(
-    hosts: list[PlayHost], run_id: str, *, artifacts_dir: Path | None = None, quiet: bool = True
+    hosts: list[PlayHost],
+    run_id: str,
+    *,
+    artifacts_dir: Path | None = None,
+    quiet: bool = True,
+    images_kept: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """Run up.yml for these hosts; per host its report: ``containers`` (name -> inspect record), ``runs_root``."""
-    result = play(UP, hosts, run_id, artifacts_dir=artifacts_dir, quiet=quiet)
+    """Run up.yml for these hosts; per host its report: ``containers`` (name -> inspect record), ``runs_root``.
+
+    ``images_kept``: the hosts keep the image after the run, so loading it is a first-time build (a campaign's
+    efficiency leaves it out); an image removed at down is loaded again by every run, and counts."""
+    build_tasks = IMAGE_LOAD_TASKS if images_kept else ()
+    result = play(UP, hosts, run_id, artifacts_dir=artifacts_dir, quiet=quiet, build_tasks=build_tasks)
     reports = {}
     for host in hosts:
         report = result.reports.get(host.name) or {}

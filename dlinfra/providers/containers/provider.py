@@ -133,7 +133,8 @@ class ContainerProvider(Provider):
         "gpus": "GPUs per container (--gpus; needs the NVIDIA runtime)",
         "pin": "pin each container to its own CPU set (default true)",
         "base_image": "base image of the payload image (default: the one built from the cached root filesystem)",
-        "keep_images": "leave the loaded payload image on the hosts after the campaign (default false)",
+        "keep_images": "leave the loaded payload image on the hosts after the campaign, as their image cache "
+        "(default: true on local testbed hosts, whose engine data goes with the testbed; false elsewhere)",
         "run_id": "label of this run's objects (default: random)",
         "ports_per_container": "ports published per bridge container (default 2 when bridged across hosts)",
         "port_base": "first published port (default 23000)",
@@ -143,7 +144,8 @@ class ContainerProvider(Provider):
     def __init__(self, layer: str = "ctr") -> None:
         super().__init__(layer)
         self.run_id: str | None = None
-        self.keep_images = False
+        #: keep_images as given (None: the default, per host: see _keeps_image).
+        self.keep_images: bool | None = None
         self.hosts: list[HostEngine] = []
         self.own_vms: Provider | None = None
         self._claim: RunClaim | None = None
@@ -188,6 +190,8 @@ class ContainerProvider(Provider):
             value = options.get(key, 0)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise SpecError(f"{where}.{key}: {value!r} must be a non-negative integer")
+        if not isinstance(options.get("keep_images", False), bool):
+            raise SpecError(f"{where}.keep_images: {options['keep_images']!r} must be true or false")
         run_id = options.get("run_id")
         if run_id is not None and not re.match(r"^[a-z0-9][a-z0-9-]{0,30}$", str(run_id)):
             raise SpecError(f"{where}.run_id: {run_id!r} must be lowercase letters, digits and '-'")
@@ -258,7 +262,7 @@ class ContainerProvider(Provider):
                 f"add {self.layer} to its dlinfra_layers" + (", or fix the hosts patterns" if picked else ""),
             )
         self.run_id = run_id = opts["run_id"]
-        self.keep_images = bool(opts.get("keep_images", False))
+        self.keep_images = opts.get("keep_images")
         # Claimed before anything exists, held until down() has removed it all: a controller killed
         # meanwhile leaves a state file that `dlinfra sweep` (and the next run's start) cleans up after.
         self._claim = self._claim or claim(run_id, "ctr", layer=self.layer)
@@ -340,7 +344,8 @@ class ContainerProvider(Provider):
             plays.append(PlayHost(host.name, he.engine, he.ansible, [c for c, _, _ in mine], he.results_root, image))
             placed.append(mine)
         with phase(f"{self.layer}: {len(plays)} host(s), {UP_PLAYBOOK}"):
-            reports = run_up(plays, run_id, artifacts_dir=self._artifacts)
+            kept = all(self._keeps_image(he) for he in self.hosts if he.loaded_images)
+            reports = run_up(plays, run_id, artifacts_dir=self._artifacts, images_kept=kept)
         targets = []
         for host, he, mine in zip(hosts, self.hosts, placed, strict=True):
             report = reports[host.name]
@@ -434,6 +439,11 @@ class ContainerProvider(Provider):
             self._versions[engine.label] = found.stdout.strip() if found.returncode == 0 else "unknown"
         return self._versions[engine.label]
 
+    def _keeps_image(self, he: HostEngine) -> bool:
+        """Whether ``he`` keeps the loaded image after the run: as asked, else where the engine is a local
+        testbed host's own dockerd (its data root is that host's image cache; 'testbed down' removes it)."""
+        return self.keep_images if self.keep_images is not None else bool(he.engine.netns)
+
     # ---------------------------------------------------------------- down
     def delete(self) -> None:
         """Containers, networks, loaded images and results folders (the down play), and dockerds this run started."""
@@ -445,7 +455,7 @@ class ContainerProvider(Provider):
                 he.engine,
                 he.ansible,
                 runs_root=he.results_root or "",
-                remove_images=[] if self.keep_images else he.loaded_images,
+                remove_images=[] if self._keeps_image(he) else he.loaded_images,
             )
             for he in self.hosts
         ]
