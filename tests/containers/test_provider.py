@@ -82,6 +82,7 @@ def test_provider_up_exec_pair_and_down(kind: str, testbed, tiny_wheelhouse: Pat
     hosts, inventory = testbed
     run_id = f"p{secrets.token_hex(3)}"
     opts = {"provider": kind, "network": "host", "placement": "spread", "run_id": run_id, "wheelhouse": tiny_wheelhouse}
+    opts["keep_images"] = False  # testbed hosts keep it by default (their image cache): here down removes it
     provider = provider_class(kind)("ctr")
     try:
         targets = provider.up(LayerSpec("ctr", hosts, inventory, options=opts))

@@ -295,7 +295,9 @@ class ContainerProvider(Provider):
                 if he.engine.kind != kind or he.engine.exists("image", built.tag):
                     continue
                 self._tarballs[kind] = self._tarballs.get(kind) or str(save_image(local, built.tag))
-                self._record("image", key=f"{he.engine.label} {built.tag}", ref=built.tag, **engine_where(he.engine))
+                if not self._keeps_image(he):  # a kept image is the host's cache, not an object of the run
+                    where = engine_where(he.engine)
+                    self._record("image", key=f"{he.engine.label} {built.tag}", ref=built.tag, **where)
                 he.loaded_images.append(built.tag)
         self._chosen, self._images = hosts, images
 
