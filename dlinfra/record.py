@@ -69,6 +69,9 @@ class Provenance:
     target_details: dict[str, Any] = field(default_factory=dict)
     #: How the layer was obtained (ssh, libvirt, docker, podman, a plug-in's name); empty in older records.
     provider: str = ""
+    #: The data set dlinfra shipped for this run, as the controller checked it on the target before the cell:
+    #: name, kind, ``generated`` and its content hash (:mod:`dlinfra.orchestration.datasets`); empty otherwise.
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -29,6 +29,7 @@ from dlinfra.cache import build_seconds
 from dlinfra.errors import DlinfraError, SpecError
 from dlinfra.images.wheelhouse import Wheelhouse, build_wheelhouse
 from dlinfra.inventory import InventoryHost, match_pattern
+from dlinfra.orchestration import datasets
 from dlinfra.orchestration.cells import Cell, expand, plan, run_order
 from dlinfra.orchestration.deploy import deploy, verify_identities
 from dlinfra.orchestration.launch import CellRun, Launcher
@@ -63,6 +64,9 @@ class CampaignResult:
     interrupted: bool = False
     deploy_s: float = 0.0
     deploy_changed: int = 0
+    #: The generated data sets the cells read (name -> built on the controller), and the tasks their play changed.
+    datasets: dict[str, datasets.BuiltDataset] = field(default_factory=dict)
+    data_changed: int = 0
     #: Layers that did not come up or could not be deployed to; their cells are stored as failed.
     layer_failures: list[LayerFailure] = field(default_factory=list)
     #: The campaign's wall time (bring-up to tear-down) and how much of it went to first-time builds.
@@ -270,6 +274,7 @@ def bring_up(
                 below_options=spec.layer_options.get(base, {}) if base else {},
                 wheelhouse=wheelhouse,
                 stacked=[above for above, on in stacked.items() if on == layer],
+                datasets=bool(spec.datasets),
             )
             up.providers.append(provider)
             try:
@@ -344,13 +349,24 @@ def run_campaign(
     started = time.monotonic()
     with phase("wheelhouse"):
         wheelhouse = build_wheelhouse()  # once: the images and every target get these very bytes
+    built = build_datasets(spec)
     up = bring_up(spec, hosts, inventory_path, artifacts, wheelhouse, skip)
     try:  # whatever happens next (a deploy failure, Ctrl-C, a bad cell), what bring_up made is removed
-        result = _measure(spec, store, cid, artifacts, up, wheelhouse, resume, skip_deploy)
+        result = _measure(spec, store, cid, artifacts, up, wheelhouse, resume, skip_deploy, built)
     finally:
         up.down()
     result.wall_s, result.build_s = time.monotonic() - started, build_seconds(started)
     return result
+
+
+def build_datasets(spec: CampaignSpec) -> dict[str, datasets.BuiltDataset]:
+    """The spec's generated data sets, each built once on the controller (or taken from the cache)."""
+    built = {}
+    for name, definition in spec.datasets.items():
+        with phase(f"data set {name}", f"{definition.images} generated JPEGs, {definition.kind}"):
+            built[name] = datasets.build(definition)
+        say(f"  data set {name}: {built[name].bytes / 1e6:.1f} MB, content hash {built[name].hash[:12]}")
+    return built
 
 
 def record_campaign(store: ResultsStore, cid: str, spec: CampaignSpec) -> None:
@@ -365,14 +381,20 @@ def record_campaign(store: ResultsStore, cid: str, spec: CampaignSpec) -> None:
 
 
 def _deploy_layers(
-    targets_by_layer: dict[str, list[Target]], wheelhouse: Wheelhouse, artifacts: Path, skip_deploy: bool
-) -> tuple[list[LayerFailure], float, int]:
-    """Deploy (or with ``skip_deploy`` only verify) layer by layer; a layer that fails is returned, not raised.
+    targets_by_layer: dict[str, list[Target]],
+    wheelhouse: Wheelhouse,
+    artifacts: Path,
+    skip_deploy: bool,
+    wanted: dict[str, list[datasets.BuiltDataset]] | None = None,
+) -> tuple[list[LayerFailure], float, int, int]:
+    """Deploy (or with ``skip_deploy`` only verify) layer by layer, then ship (verify) the data sets its cells
+    read (``wanted``: target name -> data sets); a layer that fails is returned, not raised.
 
-    Returns the failed layers, the seconds spent and the tasks Ansible changed.
+    Returns the failed layers, the seconds spent, the tasks Ansible changed deploying and shipping data.
     """
     failures: list[LayerFailure] = []
-    started, changed = time.monotonic(), 0
+    started, changed, data_changed = time.monotonic(), 0, 0
+    wanted = wanted or {}
     for layer, targets in targets_by_layer.items():
         if not targets:
             continue
@@ -391,11 +413,22 @@ def _deploy_layers(
                     )
                     changed += deployed.changed
                     say(f"  {layer}: payload {deployed.payload_hash[:12]} on every target (changed={deployed.changed})")
+            readers = [t for t in targets if wanted.get(t.name)]
+            if readers:
+                with phase(f"{layer}: ship the data sets", f"to {len(readers)} target(s)"):
+                    if skip_deploy:
+                        datasets.verify(readers, wanted)
+                    else:
+                        shipped = datasets.ship(
+                            readers, wanted, artifacts_dir=artifacts / "ansible" / f"{layer}-data", quiet=True
+                        )
+                        data_changed += shipped
+                        say(f"  {layer}: every data set on every target that reads it (changed={shipped})")
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001 - one layer's deploy failure fails its cells only
             failures.append(LayerFailure(layer, "deploy", _one_line(exc)))
-    return failures, time.monotonic() - started, changed
+    return failures, time.monotonic() - started, changed, data_changed
 
 
 def _measure(
@@ -407,8 +440,10 @@ def _measure(
     wheelhouse: Wheelhouse,
     resume: bool,
     skip_deploy: bool,
+    built: dict[str, datasets.BuiltDataset] | None = None,
 ) -> CampaignResult:
-    """Deploy to the targets the remaining cells use, then run and store each cell x repeat."""
+    """Deploy to the targets the remaining cells use (and ship the data sets they read), then run and store
+    each cell x repeat."""
     unusable = {  # stand-ins never run a cell: a failed layer's say why, a skipped layer's cells are all stored
         t.name: str(up.failures[layer]) if layer in up.failures else f"layer {layer} was not brought up"
         for layer, stand_ins in up.placeholders.items()
@@ -419,14 +454,16 @@ def _measure(
     done = store.done_cells(cid) if resume else set()
     todo = [(cell, r) for cell, r in todo_all if (cell.hash, r) not in done]
     result = CampaignResult(cid, len(todo_all), len(todo_all) - len(todo), layer_failures=list(up.failures.values()))
+    result.datasets = built = built or {}
     say(f"campaign [bold]{cid}[/bold]: {len(todo_all)} cell runs, {result.skipped} already stored, {len(todo)} to run")
     if not todo:
         return result
 
     used = {name for cell, _ in todo for name in cell.targets if name not in unusable}
     to_deploy = {layer: [t for t in ts if t.name in used] for layer, ts in up.targets.items()}
-    failed_deploys, result.deploy_s, result.deploy_changed = _deploy_layers(
-        to_deploy, wheelhouse, artifacts, skip_deploy
+    wanted = datasets.needs((cell for cell, _ in todo), built)
+    failed_deploys, result.deploy_s, result.deploy_changed, result.data_changed = _deploy_layers(
+        to_deploy, wheelhouse, artifacts, skip_deploy, wanted
     )
     for failure in failed_deploys:
         unusable.update({t.name: str(failure) for t in to_deploy[failure.layer]})
@@ -435,7 +472,7 @@ def _measure(
     describe_targets(store, cid, ready, artifacts)
 
     by_name = {t.name: t for ts in up.targets.values() for t in ts}
-    launcher = Launcher(cid, peer_timeout=spec.peer_timeout, settings=spec.settings())
+    launcher = Launcher(cid, peer_timeout=spec.peer_timeout, settings=spec.settings(), datasets=built)
     cell_times: list[float] = []
     try:
         with _Interrupt() as interrupt:

@@ -25,6 +25,7 @@ from typing import Any
 from dlinfra.errors import SpecError
 from dlinfra.inventory import match_pattern
 from dlinfra.layers import BASELINE
+from dlinfra.orchestration.datasets import dataset_of
 from dlinfra.orchestration.spec import CampaignSpec, WorkloadSpec, matrix_points
 from dlinfra.payload.cpuset import split_cpuset
 from dlinfra.providers.base import Target
@@ -127,6 +128,9 @@ def expand(
                     **spec.cell_params(),
                     **point,
                 }
+                generated = dataset_of(point.get("data"))
+                if generated is not None:  # what its bytes depend on: a new definition is a new cell
+                    base["dataset"] = spec.datasets[generated].definition()
                 if point["mode"] == "single":
                     base.pop("ps", None)
                     base.pop("workers", None)

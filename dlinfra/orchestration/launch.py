@@ -29,6 +29,7 @@ from typing import Any
 
 from dlinfra.errors import TargetError
 from dlinfra.orchestration.cells import Cell, Process, tf_config
+from dlinfra.orchestration.datasets import BuiltDataset, dataset_of
 from dlinfra.payload.cpuset import format_cpuset
 from dlinfra.payload.params import PARAM, to_argv
 from dlinfra.payload.workloads import WORKLOADS
@@ -139,12 +140,18 @@ class Launcher:
     """Runs cells on targets; keeps SSH connections open between cells."""
 
     def __init__(
-        self, campaign_id: str, peer_timeout: float | None = None, settings: dict[str, Any] | None = None
+        self,
+        campaign_id: str,
+        peer_timeout: float | None = None,
+        settings: dict[str, Any] | None = None,
+        datasets: dict[str, BuiltDataset] | None = None,
     ) -> None:
         self.campaign_id = campaign_id
         self.peer_timeout = peer_timeout
         #: Unhashed workload parameters for every process (:meth:`CampaignSpec.settings`): not in cell configs.
         self.settings = dict(settings or {})
+        #: The generated data sets (name -> built): a cell's ``data: generated:NAME`` becomes its path on the target.
+        self.datasets = dict(datasets or {})
         self.pool = TransportPool(lambda target: target.transport())
 
     def close(self) -> None:
@@ -174,8 +181,14 @@ class Launcher:
             "devices": p.target.devices,
             "target_details": p.target.details,
         }
+        values = dict(c)
+        generated = dataset_of(c.get("data"))
+        if generated is not None:  # shipped before the cell and checked there: read from the target's copy
+            built = self.datasets[generated]
+            values["data"] = built.path_on(p.target)
+            context["data"] = built.record()
         argv = [p.target.python, "-m", "dlinfra.payload", "run", "--workload", c["workload"], "--mode", c["mode"]]
-        argv += to_argv(c) + to_argv(self.settings)  # the table's parameters, hashed (config) and not
+        argv += to_argv(values) + to_argv(self.settings)  # the table's parameters, hashed (config) and not
         if p.cpus:
             argv += ["--cpus", format_cpuset(p.cpus)]
         if c["mode"] != "single":

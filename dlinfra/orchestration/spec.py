@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from dlinfra import safe_yaml
 from dlinfra.errors import SpecError
 from dlinfra.layers import LAYERS
+from dlinfra.orchestration import datasets as ds
 from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
 from dlinfra.payload.params import MODES, PARAM, PARAMS, Param
 from dlinfra.safe_yaml import dotted, excerpt, plain
@@ -61,6 +62,8 @@ TOP_FIELDS = {
     "order": f"order of the cell runs: {' or '.join(('repeat-major', 'shuffled'))}",
     "order_seed": "seed of order: shuffled (random and stored when absent)",
     "background": "the job run next to every cell of scenario shared: {workload: NAME, PARAM: VALUE, ...}",
+    "datasets": "data sets generated on the controller and shipped to the targets: {NAME: {kind: jpeg, ...}}; "
+    "a cell reads one with data: generated:NAME",
 }
 ORDERS = ("repeat-major", "shuffled")
 #: Keys of a matrix that are not parameters: lists that vary together, combinations to skip.
@@ -162,6 +165,8 @@ class CampaignSpec:
     params: dict[str, Any] = field(
         default_factory=lambda: {p.name: p.default for p in CAMPAIGN_PARAMS if p.hashed and p.default is not None}
     )
+    #: The generated data sets (``datasets:``) by name; a cell reads one with ``data: generated:NAME``.
+    datasets: dict[str, ds.DatasetSpec] = field(default_factory=dict)
 
     @property
     def warmup_steps(self) -> int:
@@ -222,6 +227,10 @@ class _Checker:
     def __init__(self, path: Path, lines: _Lines) -> None:
         self.path = path
         self.lines = lines
+        #: The spec's data sets, read first: ``data: generated:NAME`` must name one of them.
+        self.datasets: dict[str, ds.DatasetSpec] = {}
+        #: The data sets some cell (or expectation) names.
+        self.used_datasets: set[str] = set()
 
     def fail(self, where: tuple[Any, ...], message: str, hint: str | None = None) -> SpecError:
         return SpecError(f"{self.origin(where)}: {dotted(where)}: {message}", hint)
@@ -390,6 +399,8 @@ def _axes_product(lists: dict[str, list[Any]], zips: list[list[str]]) -> int:
 def _matrix_value(check: _Checker, key: str, v: Any, where: tuple[Any, ...]) -> None:
     if key in PARAM:
         _param(check, PARAM[key], v, where)
+        if key == "data":
+            _generated(check, v, where)
     elif key in INT_BOUNDS:
         check.integer(v, where, INT_BOUNDS[key])
     elif not isinstance(v, str):
@@ -402,12 +413,81 @@ def _matrix_value(check: _Checker, key: str, v: Any, where: tuple[Any, ...]) -> 
         raise check.fail(where, f"scenario {excerpt(v)} is not one of {', '.join(SCENARIOS)}")
 
 
+def _generated(check: _Checker, v: Any, where: tuple[Any, ...]) -> None:
+    """A ``data: generated:NAME`` value names a data set of the spec's ``datasets:``."""
+    name = ds.dataset_of(v)
+    if name is None:
+        return
+    if name not in check.datasets:
+        known = ", ".join(sorted(check.datasets))
+        close = difflib.get_close_matches(name[:100], sorted(check.datasets), n=1)
+        hint = f"did you mean '{ds.PREFIX}{close[0]}'?" if close else None
+        hint = hint or (f"declared: {known}" if known else "declare it under datasets: {NAME: {kind: jpeg}}")
+        raise check.fail(where, f"names no data set of this spec's datasets: {excerpt(v)}", hint)
+    check.used_datasets.add(name)
+
+
+def _datasets(check: _Checker, value: Any) -> dict[str, ds.DatasetSpec]:
+    """``datasets``: name -> definition of a generated data set (fields and bounds from :mod:`.datasets`)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not value:
+        raise check.fail(("datasets",), "must map a data-set name to its definition, e.g. {images: {kind: jpeg}}")
+    out = {}
+    for name, entry in value.items():
+        at = ("datasets", name)
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+            raise check.fail((*at, "__key__"), f"must be 1-{MAX_NAME} letters, digits, '-', '_' or '.'")
+        if not isinstance(entry, dict):
+            raise check.fail(at, "must be a mapping of the data set's fields", f"fields: {', '.join(ds.FIELDS)}")
+        fields = {**ds.DEFAULTS}
+        for key, v in entry.items():
+            if key not in ds.FIELDS:
+                raise check.unknown(at, key, set(ds.FIELDS))
+            if key == "kind":
+                if v not in ds.KINDS:
+                    raise check.fail((*at, key), f"must be one of {', '.join(ds.KINDS)}, got {excerpt(v)}")
+            elif key == "long_side":
+                low, high = ds.BOUNDS[key]
+                if not isinstance(v, list) or len(v) != 2:
+                    raise check.fail((*at, key), f"must be [MIN, MAX] pixels, got {excerpt(v)}", "e.g. [300, 500]")
+                for j, side in enumerate(v):
+                    check.integer(side, (*at, key, j), (low, high))
+                if v[0] > v[1]:
+                    raise check.fail((*at, key), f"MIN is above MAX: {excerpt(v)}")
+            else:
+                check.integer(v, (*at, key), ds.BOUNDS[key])
+            fields[key] = v
+        spec = ds.DatasetSpec(name, **{**fields, "long_side": tuple(fields["long_side"])})
+        if spec.images > ds.MAX_IMAGES:
+            raise check.fail(at, f"{spec.images:,} images (classes x images_per_class): at most {ds.MAX_IMAGES:,}")
+        out[name] = spec
+    return out
+
+
 def _param(check: _Checker, param: Param, v: Any, where: tuple[Any, ...]) -> Any:
     """A workload parameter's value, checked against its table entry (the payload and bench use the same)."""
     problem = param.problem(v)
     if problem:
         raise check.fail(where, f"{problem}, got {excerpt(v)}")
     return v
+
+
+def _reads_images(
+    check: _Checker, workload: str, values: list[Any], own: dict[str, list[Any]], where: tuple[Any, ...]
+) -> None:
+    """A generated data set holds JPEG images: only a workload that reads an image folder can take it."""
+    from dlinfra.payload.workloads import WORKLOADS
+
+    if WORKLOADS[workload].data_kind == "images" or not any(ds.dataset_of(v) for v in values):
+        return
+    at = (*where, "matrix", "data") if "data" in own else ("matrix", "data")
+    images = ", ".join(n for n, w in WORKLOADS.items() if w.data_kind == "images")
+    raise check.fail(
+        at,
+        f"{workload} does not read image folders: a generated JPEG data set is not its data",
+        f"image models: {images}",
+    )
 
 
 def _applies(
@@ -541,6 +621,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
             )
         if layer in layers[:i]:
             raise check.fail(("layers", i), f"layer {layer} is listed twice")
+    check.datasets = _datasets(check, data.get("datasets"))
     base = _matrix(check, data.get("matrix"), ("matrix",))
     known = _workload_ids()
     raw_workloads = data["workloads"]
@@ -580,6 +661,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
         zips = [g for g in zips if len(g) > 1] + own.zips
         exclude = base.exclude + own.exclude
         _applies(check, own.lists, wname, known[wname], matrix["mode"], (*where, "matrix"))
+        _reads_images(check, wname, matrix["data"], own.lists, where)
         runs_in = _workload_modes(wname)
         if any(m not in runs_in for m in matrix["mode"]):
             raise check.fail(
@@ -644,6 +726,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
         layers=list(layers),
         workloads=workloads,
         raw=data,
+        datasets=check.datasets,
     )
     if "repeats" in data:
         spec.repeats = check.integer(data["repeats"], ("repeats",), INT_BOUNDS["repeats"])
@@ -673,6 +756,8 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
         )
     if spec.background is not None and shared_at is None:
         raise check.fail(("background",), "no cell has scenario shared: the background job would never run")
+    for unused in sorted(set(check.datasets) - check.used_datasets):
+        raise check.fail(("datasets", unused, "__key__"), f"no cell reads it (data: {ds.PREFIX}{unused})")
     _check_providers(check, spec)
     return spec
 
@@ -704,6 +789,10 @@ def _background(check: _Checker, value: Any, workloads: dict[str, str]) -> dict[
         if key in RUN_LENGTH_PARAMS:
             raise check.fail(
                 ("background", key, "__key__"), f"{key} is not the background job's to set: it runs until its cell ends"
+            )
+        if key == "data" and ds.dataset_of(v) is not None:
+            raise check.fail(
+                ("background", key), "a generated data set is read by measured cells only", "give synthetic or a path"
             )
         if not param.applies_to(name, workloads[name]):
             raise check.fail(("background", key), f"{key} does not apply to {name}", f"it applies to {param.scope()}")

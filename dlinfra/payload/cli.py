@@ -1,4 +1,4 @@
-"""Command line of the payload: ``run`` and ``identity``.
+"""Command line of the payload: ``run``, ``identity`` and ``data-hash``.
 
 Parsing and validation happen before TensorFlow is imported, so bad input is
 reported in a second, and ``--cpus`` can pin the process before TF sizes its
@@ -74,6 +74,10 @@ def parser() -> argparse.ArgumentParser:
     )
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("identity", help="print this target's payload hash, versions, CPU and memory as JSON")
+    hashes = sub.add_parser(
+        "data-hash", help="print the content hash of each data-set folder as JSON (null: no such folder)"
+    )
+    hashes.add_argument("folders", nargs="+", metavar="FOLDER")
     run = sub.add_parser(
         "run",
         help="run one workload and write one JSON result record",
@@ -132,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
         from dlinfra.payload.identity import identity
 
         print(json.dumps(identity(), sort_keys=True))
+        return 0
+    if args.command == "data-hash":  # the controller checks a shipped data set with it, like the payload hash
+        from pathlib import Path
+
+        from dlinfra.payload.data import content_hash
+
+        found = {f: content_hash(Path(f)) if Path(f).is_dir() else None for f in args.folders}
+        print(json.dumps({"data_hashes": found}, sort_keys=True))
         return 0
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # The record owns stdout: everything else printed (Python or C++) goes to stderr.

@@ -103,6 +103,8 @@ def _finish_extra(run: Any, plan: training.TrainPlan) -> None:
             train_examples=len(plan.data.x_train),
             test_examples=len(plan.data.x_test),
         )
+        if "generated" in plan.data.notes:  # what the generator wrote: a generated set, not a real collection
+            run.extra["data_generated"] = plan.data.notes["generated"]
     else:  # one synthetic batch, repeated
         run.extra.update(
             learning_rate=plan.learning_rate,

@@ -206,7 +206,8 @@ PARAMS: tuple[Param, ...] = (
         str,
         "synthetic",
         "'synthetic' or a path: MNIST IDX folder or CSV(.gz), CIFAR-10 binary folder/file, image folder "
-        "(one sub-folder per class); paths for models only",
+        "(one sub-folder per class); paths for models only; in a campaign also generated:NAME, a JPEG data set "
+        "of its datasets: that dlinfra generates and ships",
         "synthetic",
         # A path on the targets: printable, no shell metacharacters (it ends up on a remote command line).
         pattern=r"[^;|&$`<>\"'\\]{1,4096}",

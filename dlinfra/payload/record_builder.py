@@ -35,6 +35,8 @@ class Context:
     emulated: bool = False
     devices: list[str] = field(default_factory=list)
     target_details: dict[str, Any] = field(default_factory=dict)
+    #: The shipped data set this run reads, as the controller checked it (recorded as ``provenance.data``).
+    data: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, text: str | None) -> Context:
@@ -59,6 +61,8 @@ class Context:
             raise PayloadError("--context-json devices must be a list")
         if not isinstance(ctx.target_details, dict):
             raise PayloadError("--context-json target_details must be an object")
+        if not isinstance(ctx.data, dict):
+            raise PayloadError("--context-json data must be an object")
         return ctx
 
 
@@ -103,6 +107,7 @@ def build(
             emulated=bool(ctx.emulated),
             devices=sorted({*ctx.devices, *(devices or [])}),
             target_details=dict(ctx.target_details),
+            data=dict(ctx.data),
         ),
         metrics=metrics,
     )

@@ -86,6 +86,10 @@ class Target:
     identity: dict[str, Any] | None = None
     #: What every record of this target carries as ``target_details`` (JSON-safe; no secrets).
     details: dict[str, Any] = field(default_factory=dict)
+    #: Where it reads the data sets dlinfra ships (None: ``home/datasets``; a container: its read-only mount).
+    data_root: str | None = None
+    #: For a container: its host, which keeps the data sets the container mounts (None: the target itself).
+    data_host: Target | None = None
 
     @property
     def python(self) -> str:
@@ -95,6 +99,11 @@ class Target:
     @property
     def runs_dir(self) -> str:
         return f"{self.home}/runs"
+
+    @property
+    def datasets_dir(self) -> str:
+        """The folder of shipped data sets, as the payload on this target sees it."""
+        return self.data_root or f"{self.home}/datasets"
 
     @property
     def peer_address(self) -> str:
@@ -142,6 +151,8 @@ class LayerSpec:
     wheelhouse: Any = None
     #: Layers the campaign will stack on this one's targets (vm: ["ctr-vm"]), so it can prepare for them.
     stacked: list[str] = field(default_factory=list)
+    #: The campaign ships data sets (``datasets:``): containers mount their host's data-set folder read-only.
+    datasets: bool = False
 
 
 class Provider(abc.ABC):

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -21,6 +22,9 @@ from dlinfra.layers import LAYERS
 from dlinfra.report import stats
 from dlinfra.report.frame import PS_KEYS, WORKER_KEYS, Metric, config_label
 from dlinfra.report.warnings import CODES, ReportWarning, refusal_reasons
+
+#: A config label of cells that read a data set dlinfra generated (``data: generated:NAME``).
+GENERATED_DATA = re.compile(r"(^| )data=generated:")
 
 OVERHEAD_COLUMNS = [
     "workload",
@@ -100,6 +104,8 @@ def overhead_view(
                 flag("high-cv", f"CV {s.cv_pct:.1f}% is above {stats.CV_LIMIT_PCT:g}%")
             if not mine.empty and mine["emulated"].any():
                 flag("emulated", CODES["emulated"])
+            if GENERATED_DATA.search(config):  # the row says what it read, wherever it is copied to
+                flag("generated-data", CODES["generated-data"])
             point = low = high = math.nan
             if layer == baseline:
                 verdict = "baseline" if s.n else "no runs"

@@ -21,6 +21,8 @@ CODES = {
     "payload-mismatch": "payload hashes differ between the layers compared: comparison refused",
     "emulated": "emulated guest (software CPU): its numbers are not a virtualisation overhead",
     "emulated-mismatch": "emulated against real hardware: comparison refused",
+    "generated-data": "reads a generated JPEG data set (dlinfra), not ImageNet: the file reading and decoding "
+    "are real, the pictures are not",
     "few-repeats": f"fewer than {MIN_REPEATS} successful repeats: the interval is unreliable",
     "high-cv": f"coefficient of variation above {CV_LIMIT_PCT:g}%: too noisy to conclude much",
     "failed-cells": "failed cells were left out",

@@ -45,7 +45,8 @@ CANNOT: dict[str, dict[str, str]] = {
         "t4-sync-cluster-rx": "dlinfra's sync is MultiWorkerMirroredStrategy: no ps process to measure",
     },
 }
-#: Figures the local run (3 testbed hosts of 2 CPUs, no data sets) cannot produce; a header run does.
+#: Figures the local run (3 testbed hosts of 2 CPUs, no real data sets: generated JPEGs only) cannot produce;
+#: a header run does.
 NOT_LOCAL: dict[str, dict[str, str]] = {
     "000": {
         "fig10-mx01-best": "placement pack needs ps + workers + chief (>= 3) CPUs; testbed hosts have 2",
@@ -53,7 +54,6 @@ NOT_LOCAL: dict[str, dict[str, str]] = {
         "fig10-laptop-best": "as fig10-mx01-best",
         "fig10-over-fig8-mx01": "as fig10-mx01-best",
     },
-    "002": {"single-real-vm": "needs an image folder on the hosts and in the guest"},
     "004": {"s3.5.4-tta": "needs real MNIST on the hosts: synthetic labels are random, no accuracy to reach"},
 }
 

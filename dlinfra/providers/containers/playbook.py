@@ -52,6 +52,8 @@ class PlayHost:
     containers: list[ContainerSpec] = field(default_factory=list)
     #: Host folder of the run's results (containers with ``runs_mount`` get ``RUNS_ROOT/NAME``); "" for none.
     runs_root: str = ""
+    #: Host folder of the shipped data sets (containers with ``data_mount`` see it read-only); "" for none.
+    data_root: str = ""
     #: The saved payload image to load where its tag is missing: (controller path of the tarball, reference).
     image: tuple[str, str] | None = None
     #: With down: image references to remove (the ones this run loaded).
@@ -77,6 +79,7 @@ class PlayHost:
                 "payload_container_podman_ulimits": list(engine.ulimits),
                 "payload_container_netns": engine.netns if engine.kind == "podman" and engine.netns else "",
                 "payload_container_runs_root": self.runs_root,
+                "payload_container_data_root": self.data_root,
                 "payload_container_containers": [role_container(engine, spec) for spec in self.containers],
                 "payload_container_remove_images": list(self.remove_images),
             }
@@ -120,6 +123,7 @@ def role_container(engine: Engine, spec: ContainerSpec) -> dict[str, Any]:
     optional = {
         "user": spec.user,
         "runs_mount": spec.runs_mount,
+        "data_mount": spec.data_mount,
         "cpuset": res.cpuset,
         "cpus": float(res.cpus) if res.cpus is not None else None,
         "memory_bytes": int(res.memory_bytes) if res.memory_bytes is not None else None,

@@ -62,9 +62,12 @@ from dlinfra.providers.containers.run import (
     run_labels,
 )
 from dlinfra.providers.host_prep import HostToPrepare, controller, prepare
+from dlinfra.providers.ssh.provider import target_from_host
 from dlinfra.transport import ContainerAccess
 
 HOME_IN_CONTAINER = "/opt/dlinfra"  # so Target.python is the image's venv: /opt/dlinfra/venv/bin/python
+#: Where a container sees its host's shipped data sets (HOME/datasets there), read-only.
+DATA_IN_CONTAINER = f"{HOME_IN_CONTAINER}/datasets"
 
 
 @dataclass
@@ -246,6 +249,19 @@ class ContainerProvider(Provider):
         self._record("folder", key=f"{he.host}:{root}", host=he.host, path=root, via=list(he.engine.via))
         return root
 
+    @staticmethod
+    def _data_root(he: HostEngine, host: Any) -> str:
+        """The host's data-set folder (``HOME/datasets``, where role dataset ships), which containers mount.
+
+        Not recorded for a sweep: it is the host's, like its payload venv, and stays between runs.
+        """
+        home = str(host.home)
+        if not he.engine.via:
+            return os.path.abspath(Path(os.path.expanduser(home)) / "datasets")
+        if not home.startswith(("/", "~/")):
+            home = f"~/{home}"
+        return f"{home}/datasets"
+
     # ------------------------------------------------------------------ up
     def create_dependencies(self, spec: LayerSpec) -> None:
         """Hosts (guests for ctr-vm), their engines (dockerd started where none runs), the image on each."""
@@ -337,13 +353,17 @@ class ContainerProvider(Provider):
                         gpus=opts.get("gpus"),
                     ),
                     runs_mount=f"{HOME_IN_CONTAINER}/runs",  # the target's runs_dir: RUNS_ROOT/NAME on the host
+                    data_mount=DATA_IN_CONTAINER if spec.datasets else None,
                     ports=ports,
                     labels={"dlinfra.layer": self.layer, "dlinfra.host": host.name},
                 )  # no user: the play runs it as the owner of the results folder (root then needs no capability)
                 mine.append((cspec, list(chunk), ports))
             kind = he.engine.kind
             image = (self._tarballs[kind], images[kind]) if images[kind] in he.loaded_images else None
-            plays.append(PlayHost(host.name, he.engine, he.ansible, [c for c, _, _ in mine], he.results_root, image))
+            data_root = self._data_root(he, host) if spec.datasets else ""
+            plays.append(
+                PlayHost(host.name, he.engine, he.ansible, [c for c, _, _ in mine], he.results_root, data_root, image)
+            )
             placed.append(mine)
         with phase(f"{self.layer}: {len(plays)} host(s), {UP_PLAYBOOK}"):
             kept = all(self._keeps_image(he) for he in self.hosts if he.loaded_images)
@@ -354,7 +374,12 @@ class ContainerProvider(Provider):
             he.results_root = str(report.get("runs_root") or he.results_root)
             for cspec, chunk, ports in mine:
                 record = report["containers"][cspec.name]
-                targets.append(self._target(host, he, cspec, record, f"{he.results_root}/{cspec.name}", chunk, ports))
+                target = self._target(host, he, cspec, record, f"{he.results_root}/{cspec.name}", chunk, ports)
+                if report.get("data_root"):  # the data sets go to the host, the container reads its mount
+                    target.data_root = DATA_IN_CONTAINER
+                    target.data_host = target_from_host(host, self.layer)
+                    target.data_host.home = os.path.dirname(str(report["data_root"]))
+                targets.append(target)
         return targets
 
     def _hosts(self, spec: LayerSpec) -> list[Any]:

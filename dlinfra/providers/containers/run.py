@@ -147,6 +147,7 @@ class ContainerSpec:
     resources: Resources = Resources()
     results_dir: str | None = None  # host folder bound read-write at /results
     runs_mount: str | None = None  # where the host's RUNS_ROOT/NAME is bound (with a PlayHost's runs_root)
+    data_mount: str | None = None  # where the host's data-set folder (a PlayHost's data_root) is bound read-only
     ports: tuple[int, ...] = ()  # published on the host (bridge mode, for peers on other hosts)
     volumes: tuple[tuple[str, str], ...] = ()  # (host folder, container folder), read-write
     env: dict[str, str] = field(default_factory=dict)
