@@ -8,6 +8,7 @@ import click
 
 from dlinfra.cli.common import emit_report, err_console, seed_option, statistic_option, store_from
 from dlinfra.errors import DlinfraError
+from dlinfra.report import SEEDS
 
 EPILOG = """\b
 Examples:
@@ -19,6 +20,8 @@ Examples:
   dlinfra report --format csv --view scaling       # another view as CSV
   dlinfra report --format json | jq .warnings
   dlinfra report --compare-seed 000                # beside seed 000's published figures
+  dlinfra report --view series                     # add CPU, memory, network per node over time
+  dlinfra report --format csv --view series        # ... one row per node and second
   dlinfra report --statistic trimmed               # drop each layer's fastest and slowest run
   dlinfra report --campaign latest~1               # the campaign before the latest
 \b
@@ -36,6 +39,7 @@ VIEWS = (
     "sync_async",
     "run_times",
     "system",
+    "series",
     "step_times",
     "seed",
 )
@@ -63,15 +67,16 @@ VIEWS = (
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file instead of stdout.")
 @click.option(
     "--compare-seed",
-    type=click.Choice(["000", "002", "003", "004"]),
-    help="Put the seed study's published figures beside this campaign's, as ratios.",
+    type=click.Choice(SEEDS),
+    help="Put the seed study's published figures beside this campaign's, as ratios (001: its verdicts).",
 )
 @click.option(
     "--view",
     type=click.Choice(VIEWS),
     default="overhead",
     show_default=True,
-    help="Which view --format csv writes (the other formats show every view).",
+    help="Which view --format csv writes (the other formats show every view); series (per node and second) "
+    "is built only when named here.",
 )
 @seed_option
 @statistic_option
@@ -97,7 +102,14 @@ def report(
         raise DlinfraError("--view seed needs --compare-seed", "e.g. --compare-seed 000 --view seed")
     with store_from(ctx) as store:
         result = build_report(
-            store, campaign, baseline, metric, seed=seed, compare_seed=compare_seed, statistic=statistic
+            store,
+            campaign,
+            baseline,
+            metric,
+            seed=seed,
+            compare_seed=compare_seed,
+            statistic=statistic,
+            series=view == "series",
         )
     if not emit_report(result, fmt, out, view):
         return

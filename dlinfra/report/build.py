@@ -20,8 +20,11 @@ def build_report(
     seed: int = 0,
     compare_seed: str | None = None,
     statistic: str = "mean",
+    series: bool = False,
 ) -> Report:
-    """The full report of one campaign; raises DlinfraError with a hint for anything the user can fix."""
+    """The full report of one campaign; raises DlinfraError with a hint for anything the user can fix.
+
+    ``series`` adds the per-node series (one row per node and second: long, so only when asked)."""
     if metric not in METRICS:
         raise DlinfraError(f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
     if statistic not in STATISTICS:
@@ -62,6 +65,8 @@ def build_report(
         "system": views.system_view(runs),
         "step_times": step_table,
     }
+    if series:
+        report_views["series"] = views.series_view(runs)
     report_views["drift"], drift_warnings = drift_view(values, seed)
     warnings.extend(drift_warnings)
     expect = store.campaign_spec(campaign_id).get("expect")
@@ -86,7 +91,7 @@ def build_report(
     if compare_seed:
         from dlinfra.report.seeds import compare
 
-        table, seed_notes, seed_warnings = compare(compare_seed, report_views, runs, baseline)
+        table, seed_notes, seed_warnings = compare(compare_seed, report_views, runs, baseline, rng_seed=seed)
         report_views["seed"] = table
         notes.extend(seed_notes)
         warnings.extend(seed_warnings)

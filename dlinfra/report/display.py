@@ -22,7 +22,12 @@ EMPTY = {
     "step_times": "no run recorded per-step times",
     "metadata": "no metadata differs",
     "drift": "no layer has enough repeats to test for drift",
+    "series": "no run recorded system samples",
 }
+#: Eight levels of a sparkline, low to high.
+SPARKS = "▁▂▃▄▅▆▇█"
+#: Most characters of a sparkline: a longer series is averaged into this many time buckets.
+SPARK_WIDTH = 24
 
 
 def format_value(column: str, value: Any) -> str:
@@ -49,3 +54,39 @@ def format_value(column: str, value: Any) -> str:
 
 def shown_columns(name: str, frame: pd.DataFrame) -> list[str]:
     return [c for c in frame.columns if c not in HIDDEN.get(name, ())]
+
+
+def sparkline(values: pd.Series, width: int = SPARK_WIDTH) -> str:
+    """A series as a line of block characters scaled to its own peak (the peak is in the next column)."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0 or np.isnan(x).all():
+        return "-"
+    buckets = [b for b in np.array_split(x, min(width, x.size)) if b.size]
+    means = np.array([np.nanmean(b) if not np.isnan(b).all() else np.nan for b in buckets])
+    top = np.nanmax(means)
+    levels = np.zeros(len(means), dtype=int) if top <= 0 else np.round(means / top * (len(SPARKS) - 1))
+    return "".join(" " if np.isnan(m) else SPARKS[int(level)] for m, level in zip(means, levels, strict=True))
+
+
+def compact_series(frame: pd.DataFrame) -> pd.DataFrame:
+    """The per-second series as one row per run and node: a sparkline and the peak of each quantity (the text
+    formats; CSV, JSON and the HTML plots keep every second)."""
+    rows = []
+    keys = ["workload", "config", "layer", "repeat", "node", "roles"]
+    for key, group in frame.groupby(keys, sort=False):
+        group = group.sort_values("t_s")
+        row: dict[str, Any] = dict(zip(keys, key, strict=True))
+        row["seconds"] = int(group["t_s"].max() - group["t_s"].min() + 1)
+        for column, peak in (("cpu_pct", "max_cpu_pct"), ("rss_mb", "max_rss_mb")):
+            row[column] = sparkline(group[column])
+            row[peak] = group[column].max()
+        for column in ("rx_mb_s", "tx_mb_s"):
+            row[column] = sparkline(group[column])
+            row[f"max_{column}"] = group[column].max()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def text_frame(name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """What a human-facing format shows of a view: the view itself, the series compacted."""
+    return compact_series(frame) if name == "series" and not frame.empty else frame

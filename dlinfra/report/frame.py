@@ -108,7 +108,8 @@ def _rates(samples: list[dict[str, Any]], field: str) -> tuple[float, float]:
 
 
 def load_runs(store: ResultsStore, campaign_id: str) -> pd.DataFrame:
-    """One row per process per run, with the parsed record's config, step samples and system summary."""
+    """One row per process per run, with the parsed record's config, step samples, system samples (for the
+    per-node series) and their summary."""
     frame = runs_frame(store, campaign_id, with_records=True)
     if frame.empty:
         return frame
@@ -136,6 +137,8 @@ def load_runs(store: ResultsStore, campaign_id: str) -> pd.DataFrame:
                 "max_rx_mb_s": rx_max,
                 "max_tx_mb_s": tx_max,
                 "max_accuracy": max(accuracy, default=np.nan),
+                "system_samples": system,
+                "cpu_ids": list(prov.get("cpu_set") or []),
                 "_workers_cfg": _first_int(cfg, WORKER_KEYS),
                 "_ps_cfg": _first_int(cfg, PS_KEYS),
             }

@@ -18,7 +18,7 @@ matplotlib.use("Agg")  # never a display; set before pyplot is imported
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from dlinfra.report.display import EMPTY, format_value, shown_columns
+from dlinfra.report.display import EMPTY, format_value, shown_columns, text_frame
 from dlinfra.report.model import VIEW_TITLES, Report
 
 #: Most bars/boxes per plot; larger campaigns get the first ones and a note.
@@ -159,7 +159,35 @@ def compare_plots(report: Report) -> list[tuple[str, str]]:
     return [(caption, _svg(fig))]
 
 
+def series_plots(report: Report) -> list[tuple[str, str]]:
+    """Per run: CPU %, memory and network rx/tx of each node over time (seed 004's sar figures)."""
+    frame = report.views.get("series")
+    if frame is None or frame.empty:
+        return []
+    plots = []
+    runs = list(frame.groupby(["workload", "config", "layer", "repeat"], sort=False))
+    for (workload, config, layer, repeat), run in runs[:MAX_GROUPS]:
+        fig, axes = plt.subplots(1, 3, figsize=(11.0, 2.8))
+        for node, curve in run.groupby("node", sort=True):
+            label = f"{node} ({curve['roles'].iloc[0]})"
+            axes[0].plot(curve["t_s"], curve["cpu_pct"], label=label)
+            axes[1].plot(curve["t_s"], curve["rss_mb"], label=label)
+            axes[2].plot(curve["t_s"], curve["rx_mb_s"], label=f"{label} rx")
+            axes[2].plot(curve["t_s"], curve["tx_mb_s"], "--", label=f"{label} tx")
+        for ax, ylabel in zip(axes, ("CPU % (100 = one core)", "memory (MB, RSS)", "network (MB/s)"), strict=True):
+            ax.set_xlabel("s since the run began")
+            ax.set_ylabel(ylabel)
+        axes[0].legend(fontsize=6)
+        axes[2].legend(fontsize=6)
+        fig.suptitle(f"{workload} {layer} repeat {repeat}: {config[:80]}", fontsize=9)
+        plots.append((f"{workload} {layer} repeat {repeat}: per-node series ({config})", _svg(fig)))
+    if len(runs) > MAX_GROUPS:
+        plots.append((f"the first {MAX_GROUPS} of {len(runs)} runs are drawn; every second is in the CSV", ""))
+    return plots
+
+
 def _table(name: str, frame: pd.DataFrame) -> str:
+    frame = text_frame(name, frame)
     columns = shown_columns(name, frame)
     numeric = {c: pd.api.types.is_numeric_dtype(frame[c]) for c in columns}
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
@@ -196,6 +224,7 @@ def render_html(report: Report) -> str:
         "scaling": scaling_plots(report),
         "step_times": step_time_plots(report),
         "compare": compare_plots(report),
+        "series": series_plots(report),
     }
     for name in VIEW_TITLES:
         if name not in report.views:

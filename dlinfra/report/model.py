@@ -19,6 +19,7 @@ VIEW_TITLES = {
     "sync_async": "Sync vs async: time to accuracy",
     "run_times": "Best and worst total run times per layer",
     "system": "System view per role",
+    "series": "Per-node CPU, memory and network over time",
     "step_times": "Step-time distribution",
     "seed": "Against the seed's published figures",
     "drift": "Drift across repeats",

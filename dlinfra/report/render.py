@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dlinfra.errors import DlinfraError
-from dlinfra.report.display import EMPTY, format_value, shown_columns
+from dlinfra.report.display import EMPTY, format_value, shown_columns, text_frame
 from dlinfra.report.model import VIEW_TITLES, Report
 from dlinfra.report.warnings import ReportWarning
 
@@ -38,6 +38,7 @@ def render_table(report: Report, width: int | None = None) -> str:
     console.print(report.title, markup=False)
     console.print(report.subtitle, markup=False)
     for name, frame in _views(report):
+        frame = text_frame(name, frame)
         if frame.empty:
             if name in EMPTY:
                 console.print(f"\n{VIEW_TITLES[name]}: {EMPTY[name]}", markup=False)
@@ -72,6 +73,7 @@ def render_markdown(report: Report) -> str:
         ]
         out.append("")
     for name, frame in _views(report):
+        frame = text_frame(name, frame)
         out += [f"## {VIEW_TITLES[name]}", ""]
         if frame.empty:
             out += [f"_{EMPTY.get(name, 'no data')}_", ""]

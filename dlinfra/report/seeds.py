@@ -7,12 +7,19 @@ A figure with no matching runs is listed with a dash, never dropped, so the
 reader sees what the campaign did not cover. Absolute figures (seconds,
 examples/s) mostly measure the hardware; the relative ones (overhead %, speedup,
 ratios) are the comparable part: the notes say so, with both machines named.
+
+A seed that publishes charts without numbers (001) states verdicts instead ("the
+same time on host and container", "GRU slower in the container"): its figures
+are of kind ``verdict``, set beside the verdict of the report's own overhead
+view (the 95% bootstrap CI of :func:`stats.bootstrap_overhead`), with whether
+the two agree.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -21,12 +28,32 @@ import numpy as np
 import pandas as pd
 
 from dlinfra.errors import DlinfraError
-from dlinfra.report import stats
+from dlinfra.report import SEEDS, stats
+from dlinfra.report import views as report_views
 from dlinfra.report.frame import METRICS, Metric, run_values
 from dlinfra.report.warnings import ReportWarning, refusal_reasons
 
-SEEDS = ("000", "002", "003", "004")
-COLUMNS = ["figure", "source", "what", "seed_value", "campaign_value", "unit", "ratio", "difference", "matched", "note"]
+COLUMNS = [
+    "figure",
+    "source",
+    "what",
+    "seed_value",
+    "seed_verdict",
+    "campaign_value",
+    "campaign_verdict",
+    "agrees",
+    "unit",
+    "ratio",
+    "difference",
+    "matched",
+    "note",
+]
+#: Columns only verdict figures fill, and those only number figures fill: a seed's table drops the set
+#: none of its figures uses.
+VERDICT_COLUMNS = ("seed_verdict", "campaign_verdict", "agrees")
+NUMBER_COLUMNS = ("seed_value", "ratio", "difference")
+#: The verdicts a study can state, in the words of :func:`stats.verdict` (the layer against the baseline).
+VERDICTS = (stats.FASTER, stats.SLOWER, stats.SAME)
 #: Config values a campaign may leave out, and what leaving them out means.
 DEFAULTS = {"data": "synthetic", "placement": "pack"}
 
@@ -38,7 +65,9 @@ def load_figures() -> dict[str, Any]:
 
 
 def published_value(fig: dict[str, Any]) -> float:
-    """The seed's number: given, or derived from the published pair it came from."""
+    """The seed's number: given, or derived from the published pair it came from; NaN for a verdict."""
+    if fig["kind"] == "verdict":
+        return math.nan
     if "value" in fig:
         return float(fig["value"])
     a, b = (float(x) for x in fig["pair"])
@@ -106,6 +135,45 @@ def _overhead(values: pd.DataFrame, fig: dict[str, Any], baseline: str, metric: 
     return (float(np.median(results)), f"{len(results)} config(s), {fig['layer']} vs {baseline}", note)
 
 
+def _node_peak(
+    fig: dict[str, Any], match: dict[str, Any], series: pd.DataFrame | None, runs: pd.DataFrame
+) -> tuple[float, str, str]:
+    """The peak over time of a per-node series (the study's sar figure) on the nodes that ran ``fig['role']``,
+    the median over the matching runs."""
+    frame = report_views.series_view(runs) if series is None else series
+    rows = select_view(frame, match)
+    if not rows.empty:
+        on_node = [{r.rstrip("0123456789") for r in roles.split()} for roles in rows["roles"]]
+        rows = rows[[fig["role"] in names for names in on_node]]
+    if rows.empty or rows[fig["field"]].isna().all():
+        return (math.nan, "", "")
+    peaks = rows.groupby(["config", "layer", "repeat", "node"])[fig["field"]].max().dropna()
+    return (float(peaks.median()), f"{len(peaks)} {fig['role']} node series, peak over time", "")
+
+
+def _verdict(fig: dict[str, Any], overhead: pd.DataFrame) -> tuple[float, str, str, str, str]:
+    """(median overhead %, campaign verdict, agrees, what it came from, note) for a verdict figure, from the
+    report's overhead view: each matching config's bootstrap-CI verdict of the figure's layer."""
+    rows = select_view(overhead, {**fig["match"], "layer": fig["layer"]})
+    if rows.empty:
+        return (math.nan, "", "", "", "")
+    counts = Counter(v for v in rows["verdict"] if v in VERDICTS)
+    source = f"{len(rows)} config(s), {fig['layer']} vs the baseline"
+    value = float(rows["overhead_pct"].median()) if rows["overhead_pct"].notna().any() else math.nan
+    if not counts:  # no CI to read a verdict from: say why (insufficient data, refused, no baseline)
+        return (value, ", ".join(sorted(set(rows["verdict"]))), "", source, "no verdict in any config")
+    if len(counts) == 1:
+        verdict = next(iter(counts))
+    else:
+        ordered = sorted(counts.items(), key=lambda item: (-item[1], VERDICTS.index(item[0])))
+        verdict = "mixed: " + ", ".join(f"{n} {v}" for v, n in ordered)
+    agreeing = counts.get(fig["verdict"], 0)
+    agrees = "yes" if agreeing == sum(counts.values()) else "partly" if agreeing else "no"
+    undecided = len(rows) - sum(counts.values())
+    note = f"{undecided} config(s) without a verdict" if undecided else ""
+    return (value, verdict, agrees, source, note)
+
+
 def campaign_value(
     fig: dict[str, Any], views: dict[str, pd.DataFrame], runs: pd.DataFrame, baseline: str
 ) -> tuple[float, str, str]:
@@ -152,13 +220,8 @@ def campaign_value(
         if len(found) == 0:
             return (math.nan, "", f"needs the {view} view")
         return (float(found.median()), f"{len(found)} row(s) of the {view} view", "")
-    if kind == "system":
-        good = runs[runs["status"] == "ok"]
-        rows = select(good, {**match, "role": fig["role"]})
-        series = rows[fig["field"]].dropna() if not rows.empty else pd.Series(dtype=float)
-        if series.empty:
-            return (math.nan, "", "")
-        return (float(series.max()), f"{len(series)} {fig['role']} process(es)", "")
+    if kind == "series":
+        return _node_peak(fig, match, views.get("series"), runs)
     raise DlinfraError(f"seed figure {fig.get('id')} has unknown kind {kind!r}")  # pragma: no cover - data bug
 
 
@@ -185,27 +248,47 @@ def compare(
     views: dict[str, pd.DataFrame],
     runs: pd.DataFrame,
     baseline: str,
+    rng_seed: int = 0,
 ) -> tuple[pd.DataFrame, list[str], list[ReportWarning]]:
-    """The comparison table, the notes (hardware differences) and warnings for one seed."""
+    """The comparison table, the notes (hardware differences) and warnings for one seed.
+
+    ``rng_seed`` seeds the bootstrap of the overhead view a verdict figure reads (the report's ``--seed``).
+    """
     if seed not in SEEDS:
         raise DlinfraError(f"no published figures for seed {seed!r}", f"use one of {', '.join(SEEDS)}")
+    no_failed = pd.DataFrame(columns=["workload", "config_label", "layer", "cell_hash", "repeat", "failure_reason"])
+    overheads: dict[str, pd.DataFrame] = {}  # metric -> the overhead view on it (verdict figures)
     rows = []
     matched = 0
-    for fig in load_figures()[seed]["figures"]:
+    figures = load_figures()[seed]["figures"]
+    for fig in figures:
         published = published_value(fig)
-        value, source, note = campaign_value(fig, views, runs, baseline)
+        seed_verdict = campaign_verdict = agrees = ""
+        if fig["kind"] == "verdict":
+            metric = METRICS[fig["metric"]]
+            if metric.name not in overheads:
+                values = run_values(runs, metric)
+                overheads[metric.name] = report_views.overhead_view(values, no_failed, metric, baseline, rng_seed)[0]
+            seed_verdict = fig["verdict"]
+            value, campaign_verdict, agrees, source, note = _verdict(fig, overheads[metric.name])
+            found = bool(source)
+        else:
+            value, source, note = campaign_value(fig, views, runs, baseline)
+            found = not math.isnan(value)
         if fig.get("approximate"):
             note = "; ".join(n for n in ("approximate: stated in the seed's text", note) if n)
-        if not math.isnan(value):
-            matched += 1
+        matched += found
         rows.append(
             {
                 "figure": f"{seed}:{fig['id']}",
                 "source": fig["source"],
                 "what": fig["what"],
                 "seed_value": published,
+                "seed_verdict": seed_verdict,
                 "campaign_value": value,
-                "unit": fig["unit"],
+                "campaign_verdict": campaign_verdict,
+                "agrees": agrees,
+                "unit": fig.get("unit", "%"),
                 "ratio": value / published if published and not math.isnan(value) else math.nan,
                 "difference": value - published,
                 "matched": source or "no matching runs",
@@ -218,7 +301,10 @@ def compare(
             ReportWarning(
                 "seed-unmatched",
                 f"no run of this campaign matches any published figure of seed {seed}: "
-                f"run campaigns/seed{seed}.yml or a campaign with the same workloads",
+                f"run campaigns/seed-{seed}.yml or a campaign with the same workloads",
             )
         )
-    return pd.DataFrame(rows, columns=COLUMNS), hardware_notes(seed, runs), warnings
+    kinds = {fig["kind"] == "verdict" for fig in figures}
+    unused = (VERDICT_COLUMNS if True not in kinds else ()) + (NUMBER_COLUMNS if False not in kinds else ())
+    table = pd.DataFrame(rows, columns=COLUMNS).drop(columns=list(unused))
+    return table, hardware_notes(seed, runs), warnings

@@ -7,6 +7,7 @@
 - sync_async: sync vs async time-to-accuracy (seed 004).
 - run_times: best and worst total run time per layer (seed 000, figures 9-10).
 - system: per role, max CPU, max RSS, network rates (seed 004, tables 3, 4, 6).
+- series: per node and second, CPU, memory and network rx/tx (seed 004's sar series; ``--view series``).
 - step_times: the distribution of per-step times per layer.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -443,6 +445,106 @@ def system_view(runs: pd.DataFrame) -> pd.DataFrame:
     )
     frame = frame.dropna(subset=["max_cpu_pct", "max_rss_mb"], how="all")
     return frame[columns].reset_index(drop=True)
+
+
+SERIES_COLUMNS = [
+    "workload",
+    "config",
+    "layer",
+    "repeat",
+    "node",
+    "roles",
+    "t_s",
+    "processes",
+    "cpus",
+    "cpu_pct",
+    "cpu_util_pct",
+    "rss_mb",
+    "rx_mb_s",
+    "tx_mb_s",
+]
+
+
+def _process_points(row: Any, offset: float) -> pd.DataFrame:
+    """One process's samples as seconds since its run began, with network byte rates between samples."""
+    samples = row["system_samples"] or []
+    if not samples:
+        return pd.DataFrame()
+    t = np.array([s["elapsed_s"] for s in samples], dtype=float)
+    points = pd.DataFrame(
+        {
+            "t": t + offset,
+            "cpu": [float(s["cpu_percent"]) for s in samples],
+            "rss": [float(s["rss_bytes"]) for s in samples],
+        }
+    )
+    dt = np.diff(t, prepend=np.nan)
+    for field, column in (("net_rx_bytes", "rx"), ("net_tx_bytes", "tx")):
+        counter = np.array([s[field] for s in samples], dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):  # the first sample has no interval before it
+            rate = np.clip(np.diff(counter, prepend=np.nan), 0, None) / dt / 1e6
+        points[column] = np.where(dt > 0, rate, np.nan)
+    points["netns"] = row["hostname"] or row["physical_host"]
+    points["process"] = f"{row['role']}{row['task_index']}"
+    return points
+
+
+def series_view(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run x node x second: the node's CPU %, memory and network rx/tx, like seed 004's sar series.
+
+    The payload samples each process every second (CPU % and RSS its own, network bytes its host's or
+    container's). A node's point sums its processes' CPU % (100 = one core; ``cpu_util_pct`` divides by the
+    CPUs they may use, as sar's %CPU) and RSS, and its network rate counts each network namespace once (every
+    process of a host sees the same counter). Time is seconds since the run's first process started.
+    """
+    good = runs[runs["status"] == "ok"] if not runs.empty else runs
+    if good.empty or "system_samples" not in good:
+        return pd.DataFrame(columns=SERIES_COLUMNS)
+    frames = []
+    for _, run in good.groupby(["cell_hash", "repeat"], sort=False):
+        starts = pd.to_datetime(run["start_utc"], utc=True, format="ISO8601")
+        first = starts.min()
+        for node, procs in run.groupby("physical_host", sort=True):
+            parts = [_process_points(row, (starts[i] - first).total_seconds()) for i, row in procs.iterrows()]
+            parts = [p for p in parts if not p.empty]
+            if not parts:
+                continue
+            points = pd.concat(parts, ignore_index=True)
+            points["t_s"] = np.floor(points["t"]).astype(int)
+            per_process = points.groupby(["t_s", "netns", "process"]).agg(
+                cpu=("cpu", "mean"), rss=("rss", "max"), rx=("rx", "mean"), tx=("tx", "mean")
+            )
+            per_netns = per_process.groupby(["t_s", "netns"]).agg(
+                processes=("cpu", "size"), cpu=("cpu", "sum"), rss=("rss", "sum"), rx=("rx", "max"), tx=("tx", "max")
+            )
+            per_node = per_netns.groupby("t_s").agg(
+                processes=("processes", "sum"),
+                cpu_pct=("cpu", "sum"),
+                rss_mb=("rss", "sum"),
+                rx_mb_s=("rx", lambda r: r.sum(min_count=1)),
+                tx_mb_s=("tx", lambda r: r.sum(min_count=1)),
+            )
+            first_row = procs.iloc[0]
+            cpus = len({c for ids in procs["cpu_ids"] for c in ids}) or math.nan
+            roles = sorted(f"{r}{i}" for r, i in zip(procs["role"], procs["task_index"], strict=True))
+            frame = per_node.reset_index().assign(
+                workload=first_row["workload"],
+                config=first_row["config_label"],
+                layer=first_row["layer"],
+                repeat=int(first_row["repeat"]),
+                node=node,
+                roles=" ".join(roles),
+                cpus=cpus,
+            )
+            frame["rss_mb"] = frame["rss_mb"] / 1e6
+            frame["cpu_util_pct"] = frame["cpu_pct"] / cpus
+            frames.append(frame[SERIES_COLUMNS])
+    if not frames:
+        return pd.DataFrame(columns=SERIES_COLUMNS)
+    out = pd.concat(frames, ignore_index=True)
+    return out.sort_values(["workload", "config", "layer", "repeat", "node", "t_s"], kind="stable").reset_index(
+        drop=True
+    )
 
 
 def step_times(runs: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, dict[str, list[float]]]:

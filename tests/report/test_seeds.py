@@ -8,17 +8,22 @@ import pytest
 from report.resultsets import draws
 from support import run_cli
 
+from dlinfra.report import SEEDS
 from dlinfra.report.build import build_report
-from dlinfra.report.seeds import SEEDS, load_figures, published_value
+from dlinfra.report.seeds import VERDICTS, load_figures, published_value
 
 
 def test_every_seed_figure_is_cited_and_computable():
     data = load_figures()
+    assert set(data) - {"_about"} == set(SEEDS)
     for seed in SEEDS:
         assert data[seed]["hardware"] and data[seed]["differences"]
         for fig in data[seed]["figures"]:
             assert any(word in fig["source"] for word in ("Table", "Figure", "Fig.", "slide", "Section")), fig
-            assert math.isfinite(published_value(fig))
+            if fig["kind"] == "verdict":  # a chart without numbers: the study's words, quoted
+                assert fig["verdict"] in VERDICTS and '"' in fig["source"] and math.isnan(published_value(fig))
+            else:
+                assert math.isfinite(published_value(fig))
     by_id = {f["id"]: f for f in data["000"]["figures"]}
     assert math.isclose(published_value(by_id["fig1-cpu"]), (3.433 - 3.390) / 3.390 * 100)
     assert math.isclose(published_value(by_id["fig10-over-fig8-mx01"]), 7.07 / 46.50)
@@ -57,8 +62,84 @@ def test_seed_004_sync_async_and_system(campaign, store):
     assert math.isclose(table.loc["004:s3.5.4-tta", "seed_value"], 1600 / 37)
     assert "approximate" in table.loc["004:s3.5.4-tta", "note"]
     assert math.isclose(table.loc["004:t3-async-cluster-time", "campaign_value"], 12.0)
-    assert math.isclose(table.loc["004:t3-async-cluster-mem", "campaign_value"], 205.0)
+    # The ps node's series: chief, 2 workers and the ps all ran on host1 (RSS summed, 205 MB each at its
+    # peak); the host's network counter is counted once, not once per process.
+    assert math.isclose(table.loc["004:t3-async-cluster-mem", "campaign_value"], 4 * 205.0)
     assert math.isclose(table.loc["004:t3-async-cluster-rx", "campaign_value"], 2.0)
+    assert "3 ps node series" in table.loc["004:t3-async-cluster-mem", "matched"]
+    assert table.loc["004:t6-single-64-cpu", "matched"] == "no matching runs"
+
+
+def test_seed_001_verdicts_beside_the_campaigns(campaign, store):
+    c = campaign("s001")
+    rnn = {"workload": "rnn"}
+    c.add("bm", draws(1000, 1, 5, seed=1), **rnn, extra={"cell": "gru"})
+    c.add("ctr", draws(800, 1, 5, seed=2), **rnn, extra={"cell": "gru"})  # 20% slower, as the study says
+    c.add("bm", draws(1000, 1, 5, seed=3), workload="conv")
+    c.add("ctr", draws(700, 1, 5, seed=4), workload="conv")  # the study: the same time
+    c.add("bm", [1000.0], **rnn, extra={"cell": "lstm"})
+    c.add("ctr", [1000.0], **rnn, extra={"cell": "lstm"})  # one repeat: no interval, no verdict
+    for size, ctr_rate in (("64x64x64", 1000.0), ("128x128x128", 900.0)):
+        c.add("bm", draws(1000, 1, 5, seed=5), workload="gemm", extra={"size": size})
+        c.add("ctr", draws(ctr_rate, 1, 5, seed=6), workload="gemm", extra={"size": size})
+    report = build_report(store, "s001", compare_seed="001")
+    table = report.views["seed"].set_index("figure")
+    assert "seed_value" not in table and "ratio" not in table  # charts only: no published numbers
+    gru = table.loc["001:fig9-rnn-gru"]
+    assert (gru["seed_verdict"], gru["campaign_verdict"], gru["agrees"]) == ("slower", "slower", "yes")
+    assert math.isclose(gru["campaign_value"], 20.0, abs_tol=2.0) and gru["unit"] == "%"
+    conv = table.loc["001:fig5-conv"]
+    assert (conv["seed_verdict"], conv["campaign_verdict"], conv["agrees"]) == ("no difference", "slower", "no")
+    lstm = table.loc["001:fig8-rnn-lstm"]
+    assert lstm["campaign_verdict"] == "insufficient data" and lstm["agrees"] == ""
+    gemm = table.loc["001:fig6-gemm"]
+    assert gemm["campaign_verdict"] == "mixed: 1 slower, 1 no difference" and gemm["agrees"] == "partly"
+    for fid in ("001:fig10-bandwidth", "001:fig7-rnn-vanilla", "001:fathom-residual"):  # no counterpart: dashes
+        assert table.loc[fid, "matched"] == "no matching runs" and table.loc[fid, "campaign_verdict"] == ""
+    assert len(table) == len(load_figures()["001"]["figures"])
+    assert not any(w.code == "seed-unmatched" for w in report.warnings)
+
+
+def test_seed_001_from_the_cli_shows_dashes_and_verdicts(campaign, store, db_path):
+    c = campaign("s001")
+    c.add("bm", draws(1000, 1, 3, seed=1), workload="rnn", extra={"cell": "gru"})
+    c.add("ctr", draws(800, 1, 3, seed=2), workload="rnn", extra={"cell": "gru"})
+    result = run_cli("--db", str(db_path), "report", "--compare-seed", "001", "--format", "markdown")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("| 001:")]
+    assert len(lines) == len(load_figures()["001"]["figures"])
+    gru = next(line for line in lines if "fig9-rnn-gru" in line)
+    assert "| slower | " in gru and "| yes |" in gru
+    bandwidth = next(line for line in lines if "fig10-bandwidth" in line)
+    assert "| slower | - | - | - |" in bandwidth and "no matching runs" in bandwidth
+
+
+def test_series_per_node_and_second(campaign, store, db_path):
+    c = campaign("s-series")
+    c.add("bm", [12.0] * 2, workload="logreg", metric="elapsed", mode="ps-async", workers=2, ps=1)
+    report = build_report(store, "s-series", metric="elapsed", series=True)
+    series = report.views["series"]
+    assert set(series["repeat"]) == {0, 1} and set(series["node"]) == {"host1"}
+    assert set(series["roles"]) == {"chief0 ps0 worker0 worker1"} and (series["processes"] == 4).all()
+    last = series[(series["repeat"] == 0) & (series["t_s"] == 5)].iloc[0]
+    assert math.isclose(last["cpu_pct"], 4 * 100.0) and math.isclose(last["rss_mb"], 4 * 205.0)
+    assert math.isclose(last["rx_mb_s"], 2.0) and math.isclose(last["tx_mb_s"], 1.0)  # one host counter
+    assert math.isclose(last["cpu_util_pct"], 400.0 / 2)  # over the 2 CPUs the processes may use
+    first = series[(series["repeat"] == 0) & (series["t_s"] == 0)].iloc[0]
+    assert math.isnan(first["rx_mb_s"])  # no interval before the first sample
+    assert "series" not in build_report(store, "s-series", metric="elapsed").views  # only when asked
+    text = run_cli("--db", str(db_path), "report", "--metric", "elapsed", "--view", "series")
+    assert text.returncode == 0, text.stderr
+    assert (
+        "Per-node CPU, memory and network over time" in text.stdout and "█" in text.stdout
+    )  # each sparkline peaks at a full block
+    csv = run_cli("--db", str(db_path), "report", "--metric", "elapsed", "--view", "series", "--format", "csv")
+    assert csv.returncode == 0, csv.stderr
+    header = next(line for line in csv.stdout.splitlines() if not line.startswith("#"))
+    assert header.startswith("workload,config,layer,repeat,node,roles,t_s,") and "rx_mb_s,tx_mb_s" in header
+    assert len(csv.stdout.splitlines()) > 2 * 6  # every second of both runs
+    html = run_cli("--db", str(db_path), "report", "--metric", "elapsed", "--view", "series", "--format", "html")
+    assert html.returncode == 0 and "per-node series" in html.stdout and "<svg" in html.stdout
 
 
 @pytest.mark.parametrize("seed", ["002", "003"])
