@@ -22,6 +22,7 @@ from pathlib import Path
 
 from figures import Figure, record
 
+from dlinfra.images.deps_archive import build_deps_archive
 from dlinfra.images.wheelhouse import build_wheelhouse
 from dlinfra.inventory import load_inventory
 from dlinfra.orchestration.cells import Cell, plan
@@ -118,6 +119,9 @@ def main() -> int:
     wh = build_wheelhouse()
     print(f"wheelhouse: {len(wh.files)} wheels, {sum(f.stat().st_size for f in wh.files) / 1e6:.0f} MB, "
           f"{time.monotonic() - t0:.1f} s")  # fmt: skip
+    archive = build_deps_archive(wh)  # built once and cached, like the wheelhouse: not part of a deploy's time
+    if archive is not None:
+        print(f"dependencies archive: {archive.path.stat().st_size / 1e6:.0f} MB, {time.monotonic() - t0:.1f} s")
     deploys = {}
     if not args.skip_deploy:
         for n in [int(x) for x in args.hosts.split(",")]:

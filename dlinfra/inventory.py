@@ -43,6 +43,8 @@ KNOWN_VARS: dict[str, str] = {
     "dlinfra_gpus": "GPU ids on this host (list), for the vm/ctr GPU paths",
     "dlinfra_layers": "layers this host can carry (list of bm, vm, ctr, ctr-vm)",
     "dlinfra_home": "folder on the host for the payload venv, wheelhouse and run files",
+    "dlinfra_deps_store": "folder for the payload's unpacked dependencies, one per hash; hosts sharing it unpack "
+    "once (default dlinfra_home/deps; a local testbed sets one for all its hosts)",
     "dlinfra_python": "Python used to create the payload venv (default python3)",
     "dlinfra_known_hosts": "known_hosts file holding this host's key (default ~/.ssh/known_hosts)",
     "dlinfra_memory_bytes": "memory the payload may use (informational; default: the host's)",
@@ -174,7 +176,10 @@ def _validate_vars(who: str, hostvars: dict[str, Any], source: str) -> None:
         elif key == "dlinfra_memory_bytes":
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1 << 50:
                 problem = "must be a positive integer (bytes, at most 1 PiB)"
-        elif key in ("dlinfra_home", "dlinfra_python", "dlinfra_known_hosts", "dlinfra_netns", "dlinfra_libvirt_uri"):
+        elif key in (
+            "dlinfra_home", "dlinfra_deps_store", "dlinfra_python", "dlinfra_known_hosts", "dlinfra_netns",
+            "dlinfra_libvirt_uri",
+        ):  # fmt: skip
             if not isinstance(value, str) or not value or len(value) > 4096 or not value.isprintable():
                 problem = "must be a non-empty string"
         if problem:

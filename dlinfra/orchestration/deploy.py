@@ -22,6 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.images.deps_archive import PROBE, build_deps_archive
 from dlinfra.images.wheelhouse import Wheelhouse, build_wheelhouse
 from dlinfra.orchestration.ansible import PlaybookResult, new_ident, run_playbook
 from dlinfra.providers.base import Target
@@ -115,17 +116,27 @@ def deploy(
     if not to_install:
         identities = verify_identities(targets, wh.payload_hash)
         return DeployResult(wh, None, wh.payload_hash, identities, time.monotonic() - started)
+    extravars: dict[str, Any] = {
+        "payload_wheelhouse_tar": str(wh.tarball),
+        "payload_lock_hash": wh.lock_hash,
+        # A target with these dependencies installed gets dlinfra's wheel alone (a source edit: KBs, not MBs).
+        "payload_self_tar": str(wh.self_tarball),
+        "payload_deps_hash": wh.deps_hash,
+        "payload_pip_compile": compile_bytecode,
+    }
+    archive = build_deps_archive(wh)
+    if archive is not None:  # targets whose interpreter it fits unpack it instead of running pip
+        extravars.update(
+            payload_deps_archive=str(archive.path),
+            payload_deps_sha256=archive.sha256,
+            payload_deps_probe=PROBE,
+            payload_deps_fits=archive.fits,
+            payload_deps_site=archive.site_packages,
+        )
     result = run_playbook(
         "deploy.yml",
         targets=to_install,
-        extravars={
-            "payload_wheelhouse_tar": str(wh.tarball),
-            "payload_lock_hash": wh.lock_hash,
-            # A target with these dependencies installed gets dlinfra's wheel alone (a source edit: KBs, not MBs).
-            "payload_self_tar": str(wh.self_tarball),
-            "payload_deps_hash": wh.deps_hash,
-            "payload_pip_compile": compile_bytecode,
-        },
+        extravars=extravars,
         artifacts_dir=artifacts_dir,
         ident=new_ident("deploy"),
         console=console,

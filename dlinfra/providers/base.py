@@ -70,6 +70,9 @@ class Target:
     home: str = ".dlinfra"
     #: Interpreter used to create the venv (the venv's own python runs the payload).
     base_python: str = "python3"
+    #: Where the payload's dependencies are unpacked, shared by the targets that name the same folder on one
+    #: machine (None: the role's default, ``home/deps``).
+    deps_store: str | None = None
     #: Inventory groups of the host underneath: a spec's ``hosts`` patterns match them.
     groups: list[str] = field(default_factory=list)
     #: Set for a container: commands enter it through its host's SSH.
@@ -130,6 +133,7 @@ class Target:
             "dlinfra_home": self.home,
             "dlinfra_python": self.base_python,
             "dlinfra_layer": self.layer,
+            **({"dlinfra_deps_store": self.deps_store} if self.deps_store else {}),
         }
 
 

@@ -704,6 +704,8 @@ def render_inventory(st: TestbedState) -> str:
                 "ansible_python_interpreter": python,
                 "dlinfra_python": python,
                 "dlinfra_known_hosts": str(st.known_hosts),
+                # The hosts share this machine's filesystem: the payload's dependencies are unpacked once for all.
+                "dlinfra_deps_store": str(Path(st.state_dir) / "deps"),
                 "dlinfra_layers": ["bm", "ctr"],
             },
             "children": {f"testbed_{st.name.replace('-', '_')}": {"hosts": hosts}},

@@ -26,20 +26,22 @@ from pathlib import Path
 import pytest
 from support import REPO, need_binary
 
-from dlinfra.images.wheelhouse import deps_hash
+from dlinfra.images.deps_archive import PROBE, build_deps_archive
+from dlinfra.images.wheelhouse import Wheelhouse, deps_hash
 from dlinfra.providers.containers.engine import Engine
 from dlinfra.providers.containers.image import save_image, split_lock
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
-def _play(tmp_path: Path, role: str, extra: dict, *, check: bool = False) -> dict:
+def _play_hosts(tmp_path: Path, role: str, extra: dict, hosts: dict[str, dict], *, check: bool = False) -> dict:
+    """Run ``role`` on these local hosts (name -> host variables); per host: changed, failures; "output"."""
     playbook = tmp_path / f"{role}.yml"
-    playbook.write_text(
-        f"- hosts: localhost\n  connection: local\n  gather_facts: false\n  roles:\n    - role: {role}\n"
-    )
+    playbook.write_text(f"- hosts: all\n  connection: local\n  gather_facts: false\n  roles:\n    - role: {role}\n")
+    inventory = tmp_path / f"{role}-inventory.json"
+    inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
     extra = {**extra, "ansible_python_interpreter": sys.executable}
-    argv = ["ansible-playbook", "-i", "localhost,", str(playbook), "--extra-vars", json.dumps(extra)]
+    argv = ["ansible-playbook", "-i", str(inventory), str(playbook), "--extra-vars", json.dumps(extra)]
     if check:
         argv.append("--check")
     env = {
@@ -48,11 +50,19 @@ def _play(tmp_path: Path, role: str, extra: dict, *, check: bool = False) -> dic
         "ANSIBLE_NOCOLOR": "1",
     }
     result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    recap = re.search(r"^localhost\s+:\s+(.*)$", result.stdout, re.M)
-    assert recap, result.stdout[-2000:]
-    stats = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", recap.group(1))}
-    return {"changed": stats["changed"], "failures": stats["failed"]}
+    stats: dict = {"output": result.stdout + result.stderr, "rc": result.returncode}
+    for name in hosts:
+        recap = re.search(rf"^{re.escape(name)}\s+:\s+(.*)$", result.stdout, re.M)
+        assert recap, result.stdout[-2000:]
+        found = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", recap.group(1))}
+        stats[name] = {"changed": found["changed"], "failures": found["failed"]}
+    return stats
+
+
+def _play(tmp_path: Path, role: str, extra: dict, *, check: bool = False) -> dict:
+    stats = _play_hosts(tmp_path, role, extra, {"localhost": {}}, check=check)
+    assert stats["rc"] == 0, stats["output"][-4000:]
+    return stats["localhost"]
 
 
 def test_docker_host_role_is_a_no_op_when_dockerd_answers(tmp_path: Path, docker: Engine) -> None:
@@ -148,9 +158,8 @@ def test_docker_host_absent_stops_only_the_dockerd_it_started(tmp_path: Path, do
             proc.wait()
 
 
-def test_payload_role_absent_then_present(tmp_path: Path, tiny_wheelhouse: Path) -> None:
-    """The payload in a temp home: installed, removed (run files kept), removed home, installed, unchanged."""
-    need_binary("ansible-playbook")
+def _staged_payload(tmp_path: Path, tiny_wheelhouse: Path) -> tuple[dict, Wheelhouse]:
+    """The role's variables for the small wheelhouse (psutil + dlinfra) in a temp home, and that wheelhouse."""
     deps, own = split_lock((tiny_wheelhouse / "requirements.lock").read_text())
     staged = tmp_path / "wheelhouse"
     staged.mkdir()
@@ -168,6 +177,13 @@ def test_payload_role_absent_then_present(tmp_path: Path, tiny_wheelhouse: Path)
         for path in [*sorted(tiny_wheelhouse.glob("dlinfra-*.whl")), staged / "dlinfra.lock"]:
             out.add(path, arcname=path.name)
     home = tmp_path / "home"
+    wheelhouse = Wheelhouse(
+        path=staged, lock=staged / "requirements.lock", files=sorted(tiny_wheelhouse.glob("*.whl")),
+        self_lock=staged / "dlinfra.lock", lock_hash=lock_hash, tarball=tar, self_tarball=self_tar,
+        deps_hash=deps_hash("\n".join(deps + own), "\n".join(own)), payload_hash="",
+    )  # fmt: skip
+    for wheel in wheelhouse.files:
+        shutil.copy2(wheel, staged / wheel.name)
     extra = {
         "payload_home": str(home),
         "payload_base_python": sys.executable,
@@ -177,12 +193,20 @@ def test_payload_role_absent_then_present(tmp_path: Path, tiny_wheelhouse: Path)
         "payload_self_tar": str(self_tar),
         "payload_pip_compile": False,
     }
+    return extra, wheelhouse
+
+
+def test_payload_role_absent_then_present(tmp_path: Path, tiny_wheelhouse: Path) -> None:
+    """The payload in a temp home: installed, removed (run files kept), removed home, installed, unchanged."""
+    need_binary("ansible-playbook")
+    extra, _ = _staged_payload(tmp_path, tiny_wheelhouse)
+    home = Path(extra["payload_home"])
     absent = {"payload_state": "absent", "payload_home": str(home)}  # no wheelhouse needed to remove it
     venv_python = home / "venv" / "bin" / "python"
     marker = home / "installed.lock.sha256"
 
     assert _play(tmp_path, "payload", extra)["changed"] >= 1
-    assert venv_python.exists() and marker.read_text().strip() == lock_hash
+    assert venv_python.exists() and marker.read_text().strip() == extra["payload_lock_hash"]
     assert not (home / "wheelhouse").exists()
 
     (home / "runs").mkdir()
@@ -208,3 +232,59 @@ def test_payload_role_absent_then_present(tmp_path: Path, tiny_wheelhouse: Path)
     check = subprocess.run([str(venv_python), "-c", "import dlinfra.payload, psutil"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     assert _play(tmp_path, "payload", edited)["changed"] == 0
+
+
+def test_payload_role_from_the_dependencies_archive(
+    tmp_path: Path, tiny_wheelhouse: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two hosts sharing one store (a local testbed's): the controller's archive is unpacked once, each host's
+    venv imports the dependencies from it and dlinfra from its own wheel; a second run changes nothing; a copy
+    whose sha256 differs is refused, naming it; an interpreter the archive does not fit installs with pip."""
+    need_binary("ansible-playbook")
+    need_binary("zstd")
+    monkeypatch.setenv("DLINFRA_CACHE", str(tmp_path / "cache"))  # a small archive, beside nobody's real one
+    extra, wheelhouse = _staged_payload(tmp_path, tiny_wheelhouse)
+    archive = build_deps_archive(wheelhouse)
+    assert archive is not None
+    extra |= {
+        "payload_deps_archive": str(archive.path),
+        "payload_deps_sha256": archive.sha256,
+        "payload_deps_probe": PROBE,
+        "payload_deps_fits": archive.fits,
+        "payload_deps_site": archive.site_packages,
+    }
+    del extra["payload_home"]
+    store = tmp_path / "store"
+    hosts = {name: {"payload_home": str(tmp_path / name), "dlinfra_deps_store": str(store)} for name in ("h1", "h2")}
+
+    first = _play_hosts(tmp_path, "payload", extra, hosts)
+    assert first["rc"] == 0, first["output"][-4000:]
+    task = "TASK [payload : Check its sha256, unpack it, move it into place, remove the copy]"
+    assert first["output"].count(task) == 1
+    unpacking = first["output"].split(task)[1].split("TASK [")[0]
+    assert len(re.findall(r"^changed: \[h\d\]", unpacking, re.M)) == 1, "one host unpacked it for both"
+    assert sorted(p.name for p in store.iterdir()) == [archive.sha256], "unpacked once, nothing partial left"
+    for name in hosts:
+        venv_python = tmp_path / name / "venv" / "bin" / "python"
+        probe = "import dlinfra.payload, psutil; print(psutil.__file__)"
+        check = subprocess.run([str(venv_python), "-c", probe], capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr
+        assert check.stdout.startswith(str(store / archive.sha256)), "psutil comes from the store"
+        assert not (tmp_path / name / "venv" / "bin" / "pip").exists(), "no pip ran on the target"
+    again = _play_hosts(tmp_path, "payload", extra, hosts)
+    assert again["rc"] == 0 and again["h1"]["changed"] == again["h2"]["changed"] == 0, again["output"][-3000:]
+
+    wrong = {"payload_home": str(tmp_path / "h3"), "dlinfra_deps_store": str(tmp_path / "store3")}
+    refused = _play_hosts(tmp_path, "payload", {**extra, "payload_deps_sha256": "0" * 64}, {"h3": wrong})
+    assert refused["rc"] != 0 and "not " + "0" * 64 in refused["output"], refused["output"][-3000:]
+    assert not any((tmp_path / "store3").iterdir()), "the refused copy and any partial folder are removed"
+
+    other = {"payload_home": str(tmp_path / "h4"), "dlinfra_deps_store": str(tmp_path / "store4")}
+    fallback = _play_hosts(
+        tmp_path, "payload", {**extra, "payload_deps_fits": "cpython-399-sparc64 True"}, {"h4": other}
+    )
+    assert fallback["rc"] == 0, fallback["output"][-3000:]
+    assert not (tmp_path / "store4").exists(), "no store where the archive does not fit"
+    venv_python = tmp_path / "h4" / "venv" / "bin" / "python"
+    check = subprocess.run([str(venv_python), "-c", "import dlinfra.payload, psutil"], capture_output=True, text=True)
+    assert check.returncode == 0 and (tmp_path / "h4" / "venv" / "bin" / "pip").exists(), check.stderr

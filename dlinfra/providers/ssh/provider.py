@@ -40,6 +40,7 @@ def target_from_host(host: InventoryHost, layer: str = "bm") -> Target:
         emulated=bool(hv.get("dlinfra_emulated", False)),
         home=host.home,
         base_python=str(hv.get("dlinfra_python", "python3")),
+        deps_store=hv.get("dlinfra_deps_store"),
         groups=list(host.groups),
         ansible_python=str(hv.get("ansible_python_interpreter", "auto_silent")),
     )

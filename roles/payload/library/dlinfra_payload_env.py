@@ -1,0 +1,212 @@
+#!/usr/bin/python
+"""Ansible module: the payload's venv on a target from the controller's dependencies archive, in few round trips.
+
+Why a module: on a loaded 2-core testbed every task costs each host a round trip of a second or more, and
+eight hosts share those two cores, so a role of twenty small tasks per host does not scale with the host
+count however little each does. This does the per-host work in three calls: ``inspect`` (what is installed,
+whether the archive fits the target's interpreter, whether the store holds it), ``unpack`` (one host per
+store: check the copied archive's sha256, unpack it, move it into place) and ``install`` (a venv without pip
+that reaches the store through a .pth file, and dlinfra's own wheel, checked against its lock, unpacked
+into it). Every command is an argv list; nothing is passed through a shell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import zipfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: dlinfra_payload_env
+short_description: The dlinfra payload's venv from a dependencies archive (inspect, unpack, install)
+description:
+  - C(inspect) reads the installed markers, runs O(probe) with O(base_python) (unless O(marker) holds O(lock_hash))
+    to see whether the archive fits, and
+    looks for O(sha256) in O(store). It creates O(home) and O(store) where they are missing, and changes nothing else.
+  - C(unpack) checks the copied O(archive) against O(sha256), unpacks it into C(store/sha256) by way of a partial
+    folder moved into place, and removes the copy.
+  - C(install) creates O(venv) without pip (unless O(self_only) and it is there), points it at C(store/sha256) with a
+    C(.pth) file, unpacks dlinfra's wheel from O(self_tar) after checking it against the tar's C(dlinfra.lock), and
+    writes the markers.
+options:
+  mode: {description: What to do., type: str, required: true, choices: [inspect, unpack, install]}
+  store: {description: Folder of unpacked archives, one per sha256., type: str, required: true}
+  home: {description: The payload home (inspect creates it)., type: str, default: ""}
+  sha256: {description: sha256 of the archive., type: str, default: ""}
+  marker: {description: File holding the installed lock hash., type: str, default: ""}
+  deps_marker: {description: File holding the installed dependencies hash., type: str, default: ""}
+  lock_hash: {description: The lock hash to install., type: str, default: ""}
+  deps_hash: {description: The dependencies hash to install., type: str, default: ""}
+  base_python: {description: Interpreter that creates the venv., type: str, default: python3}
+  probe: {description: Python code whose output tells whether the archive fits., type: str, default: ""}
+  fits: {description: What O(probe) prints when it fits; empty means never., type: str, default: ""}
+  archive: {description: The copied archive (unpack)., type: str, default: ""}
+  venv: {description: The payload venv (install)., type: str, default: ""}
+  site: {description: The venv's site-packages, relative to it (install)., type: str, default: ""}
+  self_tar: {description: The copied tar of dlinfra's wheel and dlinfra.lock (install)., type: str, default: ""}
+  self_only: {description: The dependencies are current, reinstall dlinfra only (install)., type: bool, default: false}
+author: dlinfra
+"""
+
+RETURN = r"""
+installed: {description: The lock hash in the marker (inspect), type: str, returned: inspect}
+installed_deps: {description: The dependencies hash in its marker (inspect), type: str, returned: inspect}
+fits: {description: Whether the archive fits the interpreter (inspect), type: bool, returned: inspect}
+store: {description: The store folder of this sha256, absolute (inspect), type: str, returned: inspect}
+present: {description: Whether the store holds it complete (inspect), type: bool, returned: inspect}
+machine_id: {description: /etc/machine-id, to tell hosts of one machine (inspect), type: str, returned: inspect}
+"""
+
+DONE = ".complete"
+
+
+def _read(path: str) -> str:
+    try:
+        with open(os.path.expanduser(path)) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _inspect(module: AnsibleModule, p: dict) -> dict:
+    store = os.path.abspath(os.path.expanduser(p["store"]))
+    folder = os.path.join(store, p["sha256"])
+    installed = _read(p["marker"])
+    fits = False
+    if p["fits"] and p["probe"] and installed != p["lock_hash"]:  # an up-to-date target costs no interpreter start
+        try:
+            proc = subprocess.run([p["base_python"], "-c", p["probe"]], capture_output=True, text=True, timeout=60)
+            fits = proc.returncode == 0 and proc.stdout.strip() == p["fits"]
+        except (OSError, subprocess.TimeoutExpired):
+            fits = False
+    made = False
+    for path in (os.path.expanduser(p["home"]), store) if fits else ():  # where the archive path will write
+        if path and not os.path.isdir(path):
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            made = True
+    return {
+        "changed": made,
+        "installed": installed,
+        "installed_deps": _read(p["deps_marker"]),
+        "fits": fits,
+        "store": folder,
+        "present": os.path.exists(os.path.join(folder, DONE)),
+        "machine_id": _read("/etc/machine-id"),
+    }
+
+
+def _unpack(module: AnsibleModule, p: dict) -> dict:
+    folder = os.path.join(os.path.abspath(os.path.expanduser(p["store"])), p["sha256"])
+    archive = os.path.expanduser(p["archive"])
+    part = folder + ".part"
+    try:
+        if os.path.exists(os.path.join(folder, DONE)):
+            return {"changed": False}
+        found = _sha256(archive)
+        if found != p["sha256"]:
+            module.fail_json(msg=f"the dependencies archive copied to {archive} has sha256 {found}, not {p['sha256']}")
+        shutil.rmtree(part, ignore_errors=True)
+        os.makedirs(part)
+        proc = subprocess.run(["tar", "--zstd", "-xf", archive, "-C", part], capture_output=True, text=True)
+        if proc.returncode != 0:
+            module.fail_json(msg=f"unpacking {archive} into {part} failed: {proc.stderr.strip()[-500:]}")
+        with open(os.path.join(part, DONE), "w") as f:
+            f.write(p["sha256"] + "\n")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.rename(part, folder)
+        return {"changed": True}
+    finally:
+        shutil.rmtree(part, ignore_errors=True)
+        if os.path.exists(archive):
+            os.unlink(archive)
+
+
+def _install_wheel(module: AnsibleModule, self_tar: str, site: str) -> None:
+    """Unpack dlinfra's wheel into ``site`` once its sha256 is the one the tar's dlinfra.lock pins."""
+    with tempfile.TemporaryDirectory(prefix="dlinfra-wheel-") as tmp:
+        with tarfile.open(self_tar) as tar:
+            members = [m for m in tar.getmembers() if m.isfile() and "/" not in m.name and not m.name.startswith(".")]
+            tar.extractall(tmp, members=members)  # noqa: S202 (plain top-level files only, the controller's tar)
+        wheels = [n for n in os.listdir(tmp) if n.startswith("dlinfra-") and n.endswith(".whl")]
+        lock = _read(os.path.join(tmp, "dlinfra.lock"))
+        if len(wheels) != 1 or f"sha256:{_sha256(os.path.join(tmp, wheels[0]))}" not in lock:
+            module.fail_json(msg=f"{self_tar}: dlinfra's wheel is missing or not the one its dlinfra.lock pins")
+        for name in os.listdir(site):
+            if name == "dlinfra" or (name.startswith("dlinfra-") and name.endswith(".dist-info")):
+                shutil.rmtree(os.path.join(site, name))
+        with zipfile.ZipFile(os.path.join(tmp, wheels[0])) as wheel:
+            wheel.extractall(site)  # noqa: S202 (its sha256 is the one the lock pins)
+
+
+def _install(module: AnsibleModule, p: dict) -> dict:
+    folder = os.path.join(os.path.abspath(os.path.expanduser(p["store"])), p["sha256"])
+    if not os.path.exists(os.path.join(folder, DONE)):
+        module.fail_json(msg=f"the dependencies store has no complete {folder}: its unpacking failed on another host")
+    venv = os.path.abspath(os.path.expanduser(p["venv"]))
+    site = os.path.join(venv, p["site"])
+    pth = os.path.join(site, "dlinfra-deps.pth")
+    line = f"import site; site.addsitedir({folder!r})\n"
+    if not (p["self_only"] and os.path.exists(os.path.join(venv, "bin", "python")) and _read(pth) == line.strip()):
+        shutil.rmtree(venv, ignore_errors=True)  # a venv made by pip holds other copies of the dependencies
+        proc = subprocess.run([p["base_python"], "-m", "venv", "--without-pip", venv], capture_output=True, text=True)
+        if proc.returncode != 0 or not os.path.isdir(site):
+            module.fail_json(msg=f"creating the venv {venv} failed: {(proc.stderr or proc.stdout).strip()[-500:]}")
+        with open(pth, "w") as f:
+            f.write(line)
+    self_tar = os.path.expanduser(p["self_tar"])
+    _install_wheel(module, self_tar, site)
+    os.unlink(self_tar)
+    for marker, value in ((p["marker"], p["lock_hash"]), (p["deps_marker"], p["deps_hash"])):
+        if value:
+            with open(os.path.expanduser(marker), "w") as f:
+                f.write(value + "\n")
+    return {"changed": True}
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "mode": {"type": "str", "required": True, "choices": ["inspect", "unpack", "install"]},
+            "store": {"type": "str", "required": True},
+            "home": {"type": "str", "default": ""},
+            "sha256": {"type": "str", "default": ""},
+            "marker": {"type": "str", "default": ""},
+            "deps_marker": {"type": "str", "default": ""},
+            "lock_hash": {"type": "str", "default": ""},
+            "deps_hash": {"type": "str", "default": ""},
+            "base_python": {"type": "str", "default": "python3"},
+            "probe": {"type": "str", "default": ""},
+            "fits": {"type": "str", "default": ""},
+            "archive": {"type": "str", "default": ""},
+            "venv": {"type": "str", "default": ""},
+            "site": {"type": "str", "default": ""},
+            "self_tar": {"type": "str", "default": ""},
+            "self_only": {"type": "bool", "default": False},
+        },
+        supports_check_mode=False,
+    )
+    p = module.params
+    if p["mode"] == "inspect":
+        module.exit_json(**_inspect(module, p))
+    elif p["mode"] == "unpack":
+        module.exit_json(**_unpack(module, p))
+    else:
+        module.exit_json(**_install(module, p))
+
+
+if __name__ == "__main__":
+    main()
