@@ -12,6 +12,8 @@ PACKAGES=(
   libvirt-daemon-system qemu-system-x86 qemu-utils libvirt-dev pkg-config libxml2-utils e2fsprogs dnsmasq-base
   # base images without a registry
   debootstrap
+  # the payload's dependencies archive, built on the controller and unpacked on hosts (dlinfra/images/deps_archive.py)
+  zstd
   # the store's PostgreSQL tests
   postgresql
   # the nova provider's tests: Neutron's database (dlinfra/testbed/openstack.py)
