@@ -14,7 +14,6 @@ installs from the wheelhouse as before: the archive only fits the interpreter it
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from dlinfra.cache import building, cache_dir, keep_recent
 from dlinfra.errors import DlinfraError
-from dlinfra.images.wheelhouse import Wheelhouse
+from dlinfra.images.wheelhouse import Wheelhouse, sha256_of
 
 ARCHIVE_NAME = "deps.tar.zst"
 _SHA_NAME = "deps.tar.zst.sha256"
@@ -60,14 +59,6 @@ def _deps_lock(wh: Wheelhouse) -> str:
     return "".join(line + "\n" for line in wh.lock.read_text().splitlines() if line.strip() and line.strip() not in own)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _run(argv: list[str], what: str) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -92,7 +83,7 @@ def _assemble(final: Path, wh: Wheelhouse) -> None:
             "tar",
         )  # fmt: skip
         shutil.rmtree(tmp / "site")
-        (tmp / _SHA_NAME).write_text(_sha256(tmp / ARCHIVE_NAME) + "\n")
+        (tmp / _SHA_NAME).write_text(sha256_of(tmp / ARCHIVE_NAME) + "\n")
         (tmp / _DONE).write_text("")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)

@@ -100,7 +100,8 @@ def source_hash(root: Path) -> str:
     return h.hexdigest()
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """The file's sha256, read in 1 MiB chunks (wheels and archives are hundreds of MB)."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -197,7 +198,7 @@ def _tar(folder: Path, names: list[str], name: str = TAR_NAME) -> None:
 def _lock_line(wheel: Path) -> str:
     name, version = wheel.name.split("-")[:2]
     name = re.sub(r"[-_.]+", "-", name).lower()
-    return f"{name}=={version} --hash=sha256:{_sha256(wheel)}"
+    return f"{name}=={version} --hash=sha256:{sha256_of(wheel)}"
 
 
 #: Wheelhouses kept in the cache: one per dlinfra source (each ~0.3 GB, the dependencies hard-linked).

@@ -64,6 +64,11 @@ machine_id: {description: /etc/machine-id, to tell hosts of one machine (inspect
 """
 
 DONE = ".complete"
+#: The options that are text, empty unless given (DOCUMENTATION says what each is).
+TEXT_OPTIONS = (
+    "home", "sha256", "marker", "deps_marker", "lock_hash", "deps_hash", "probe", "fits", "archive", "venv", "site",
+    "self_tar",
+)  # fmt: skip
 
 
 def _read(path: str) -> str:
@@ -182,20 +187,9 @@ def main() -> None:
         argument_spec={
             "mode": {"type": "str", "required": True, "choices": ["inspect", "unpack", "install"]},
             "store": {"type": "str", "required": True},
-            "home": {"type": "str", "default": ""},
-            "sha256": {"type": "str", "default": ""},
-            "marker": {"type": "str", "default": ""},
-            "deps_marker": {"type": "str", "default": ""},
-            "lock_hash": {"type": "str", "default": ""},
-            "deps_hash": {"type": "str", "default": ""},
             "base_python": {"type": "str", "default": "python3"},
-            "probe": {"type": "str", "default": ""},
-            "fits": {"type": "str", "default": ""},
-            "archive": {"type": "str", "default": ""},
-            "venv": {"type": "str", "default": ""},
-            "site": {"type": "str", "default": ""},
-            "self_tar": {"type": "str", "default": ""},
             "self_only": {"type": "bool", "default": False},
+            **{name: {"type": "str", "default": ""} for name in TEXT_OPTIONS},
         },
         supports_check_mode=False,
     )
