@@ -358,7 +358,10 @@ def verify(targets: list[Target], wanted: dict[str, list[BuiltDataset]]) -> None
         wrong = [w for found in pool.map(check, targets) for w in found]
     if wrong:
         expected = ", ".join(sorted({f"{ds.spec.name} {ds.hash[:12]}" for ts in wanted.values() for ds in ts}))
+        missing = any(w.split(" has ", 1)[1].startswith("no copy") for w in wrong)
         raise TargetError(
             f"data set hash mismatch: the controller has {expected}, but {', '.join(wrong)}",
-            "a copy was changed on the target: remove it (role dataset, dataset_state=absent) and run again",
+            "ship it: run without --skip-deploy (the deploy ships the data sets)"
+            if missing
+            else "a copy was changed on the target: remove it (role dataset, dataset_state=absent) and run again",
         )

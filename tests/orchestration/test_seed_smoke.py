@@ -3,8 +3,8 @@ CLI, and its ``--compare-seed`` report lists every figure of the study (a value 
 
 Smoke scale is the file as is with ``--set`` only: 1 warm-up and 2 measured steps, one repeat, the bm layer
 (the ctr layer would build the payload image on each host: minutes), each matrix cut to one or two cells, and
-of several models of a kind one (``SMOKE`` says which). ``--skip-deploy``: the session fixture deployed these
-very sources (the payload hash is still checked on every host). What the smoke runs can match, they must:
+of several models of a kind one (``SMOKE`` says which). The deploy is a no-op after the session fixture's (it
+still checks every host's payload hash and ships seed 002's data set). What the smoke runs can match, they must:
 ``VALUES`` names the figures that get a number from these cells.
 """
 
@@ -22,7 +22,8 @@ from dlinfra.report.seeds import load_figures
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-COMMON = ("--layer", "bm", "--set", "steps=2", "--set", "warmup_steps=1", "--set", "repeats=1", "--skip-deploy")
+# No --skip-deploy: the deploy is a no-op after the session's (a second or two), and it ships seed 002's data set.
+COMMON = ("--layer", "bm", "--set", "steps=2", "--set", "warmup_steps=1", "--set", "repeats=1")
 
 
 def _ctr_only(*workloads: int) -> tuple[str, ...]:
