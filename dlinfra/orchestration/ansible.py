@@ -20,11 +20,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,10 +35,10 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from dlinfra import secrets
+from dlinfra import cancel, secrets
 from dlinfra.cache import add_build
 from dlinfra.errors import DlinfraError, TargetError
-from dlinfra.orchestration.orphans import CONTROLLER_ENV, controller_mark
+from dlinfra.orchestration.orphans import CONTROLLER_ENV, controller_mark, stop_playbook
 from dlinfra.orchestration.progress import note
 from dlinfra.providers.base import Target
 from dlinfra.transport.ssh import ANSIBLE_SSH_ARGS
@@ -297,6 +299,45 @@ class _Display:
             self.progress.update(self.rows[host], state=state, advance=advance)
 
 
+@contextmanager
+def _cancel_on_interrupt(mark: str) -> Iterator[Callable[[], bool]]:
+    """A cancel callback for ansible-runner that a Ctrl-C sets (or, on a worker thread, its cancellation), with
+    the process's own SIGINT handler put back.
+
+    Why: given no callback, ansible-runner installs SIGINT and SIGTERM handlers of its own and never puts the
+    previous ones back, so a Ctrl-C during a bring-up or deploy merely failed that playbook (the campaign went
+    on to the next layer) and after the first playbook no Ctrl-C or SIGTERM could stop dlinfra at all. Here a
+    Ctrl-C cancels the playbook (ansible-runner ends its main process, and the workers it leaves, marked
+    ``mark``, are stopped here), then reaches the handler that was there before: the default one raises
+    KeyboardInterrupt; a campaign's own (first Ctrl-C: stop after this cell) sees it too. On a worker thread,
+    which hears no signal, :mod:`dlinfra.cancel` says when to stop, and :class:`~dlinfra.cancel.Cancelled`
+    follows.
+    """
+    caught = threading.Event()
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if on_main else None
+    hooked = on_main and previous is not signal.SIG_IGN  # an ignored SIGINT stays ignored
+    if hooked:
+        signal.signal(signal.SIGINT, lambda signum, frame: caught.set())
+
+    def stop() -> bool:
+        return caught.is_set() or cancel.cancelled()
+
+    try:
+        yield stop
+    finally:
+        if hooked:
+            signal.signal(signal.SIGINT, previous)
+        if stop():
+            stop_playbook(mark)
+    cancel.check()
+    if caught.is_set():
+        if callable(previous) and previous is not signal.default_int_handler:
+            previous(signal.SIGINT, None)
+        else:
+            raise KeyboardInterrupt
+
+
 def run_playbook(
     playbook: str | Path,
     *,
@@ -398,7 +439,8 @@ def run_playbook(
                 on_event(event)
             return True
 
-        with display.progress:
+        mark = controller_mark()  # a sweep stops the playbook if this process dies; a Ctrl-C stops it here
+        with display.progress, _cancel_on_interrupt(mark) as canceled:
             runner = init_runner(
                 private_data_dir=str(private),
                 artifact_dir=str(artifacts),
@@ -409,11 +451,12 @@ def run_playbook(
                     "ANSIBLE_CONFIG": str(cfg),
                     "ANSIBLE_NOCOLOR": "1",
                     "ANSIBLE_FORCE_COLOR": "0",
-                    CONTROLLER_ENV: controller_mark(),  # a sweep stops the playbook if this process dies
+                    CONTROLLER_ENV: mark,
                 },
                 quiet=True,
                 suppress_env_files=True,
                 event_handler=handle,
+                cancel_callback=canceled,
                 timeout=timeout,
                 limit=limit,
             )
@@ -436,6 +479,7 @@ def run_playbook(
                 skipped=(stats.get("skipped") or {}).get(name, 0),
             )
         if runner.status == "timeout":
+            stop_playbook(mark)  # ansible-runner ended the main process; the running task's worker goes on
             result.failures.append(TaskFailure("*", book.stem, f"playbook timed out after {timeout} s"))
         return result
     finally:

@@ -534,3 +534,77 @@ def test_sweep_stops_the_playbook_of_a_sigkilled_controller(tmp_path: Path) -> N
         if playbook is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(playbook, signal.SIGKILL)
+
+
+_INTERRUPTED_CONTROLLER = """
+import signal, sys
+from pathlib import Path
+from dlinfra.orchestration.ansible import LOCAL_HOST, run_playbook
+inventory = {"all": {"hosts": {"localhost": dict(LOCAL_HOST)}}}
+run_playbook(Path(sys.argv[1]), inventory=inventory, artifacts_dir=Path(sys.argv[3]) / "quick", quiet=True)
+print("handlers after a playbook:", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+      signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, flush=True)
+try:
+    run_playbook(Path(sys.argv[2]), inventory=inventory, artifacts_dir=Path(sys.argv[3]) / "slow", quiet=True,
+                 timeout=600)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+print("the playbook ran on", flush=True)
+"""
+
+
+def test_ctrl_c_during_a_playbook_stops_it_and_the_controller(tmp_path: Path) -> None:
+    """A Ctrl-C while a playbook runs (a bring-up, a deploy) ends the playbook and reaches dlinfra as Ctrl-C.
+
+    ansible-runner, left to itself, swallowed it (the playbook merely failed and the campaign went on to the
+    next layer) and kept SIGINT and SIGTERM for good after its first playbook."""
+    need_binary("ansible-playbook")
+    quick, slow = tmp_path / "quick.yml", tmp_path / "slow.yml"
+    play = "- name: Play\n  hosts: all\n  gather_facts: false\n  tasks:\n    - name: Run\n"
+    quick.write_text(play + "      ansible.builtin.command: 'true'\n      changed_when: false\n")
+    slow.write_text(play + "      ansible.builtin.command: sleep 300\n      changed_when: false\n")
+    controller = subprocess.Popen(
+        [sys.executable, "-c", _INTERRUPTED_CONTROLLER, str(quick), str(slow), str(tmp_path / "art")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    mark = f"DLINFRA_CONTROLLER={controller.pid}:".encode()
+    try:
+        deadline = time.monotonic() + 120
+        while not any(argv[:2] == [b"sleep", b"300"] for argv in _marked_processes(mark).values()):
+            assert time.monotonic() < deadline and controller.poll() is None, "the slow playbook never started"
+            time.sleep(0.5)
+        controller.send_signal(signal.SIGINT)
+        out, err = controller.communicate(timeout=30)  # ansible-runner looks at its cancel callback every 5 s
+        assert "handlers after a playbook: True True" in out, out + err
+        assert controller.returncode == 130 and "interrupted" in out, out + err
+        time.sleep(0.5)
+        assert not _marked_processes(mark), "the playbook or its task outlived the Ctrl-C"
+    finally:
+        controller.kill()
+
+
+def test_a_playbook_past_its_timeout_leaves_no_process(tmp_path: Path) -> None:
+    """ansible-runner ends a timed-out playbook's main process only; its running task must not go on."""
+    from dlinfra.orchestration.ansible import LOCAL_HOST, run_playbook
+
+    need_binary("ansible-playbook")
+    book = tmp_path / "slow.yml"
+    book.write_text(
+        "- name: Slow\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: Sleep\n      ansible.builtin.command: sleep 301\n      changed_when: false\n"
+    )
+    inventory = {"all": {"hosts": {"localhost": dict(LOCAL_HOST)}}}
+    result = run_playbook(book, inventory=inventory, artifacts_dir=tmp_path / "art", quiet=True, timeout=5)
+    assert result.status == "timeout" and "timed out after 5 s" in str(result.failures[0])
+    time.sleep(0.5)
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == [b"sleep", b"301"]]
+
+
+def _cmdline(proc: Path) -> list[bytes]:
+    try:
+        return (proc / "cmdline").read_bytes().split(b"\0")[:2]
+    except OSError:
+        return []
