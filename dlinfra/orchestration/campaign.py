@@ -16,6 +16,8 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Collection
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from dlinfra.cache import build_seconds
+from dlinfra.cancel import cancellable
 from dlinfra.errors import DlinfraError, SpecError
 from dlinfra.images.wheelhouse import Wheelhouse, build_wheelhouse
 from dlinfra.inventory import InventoryHost, match_pattern
@@ -204,13 +207,9 @@ def _layers_done(
 ) -> dict[str, list[Target]]:
     """Layers whose every cell x repeat is stored as ok already, with the stand-ins their cells were
     expanded on: ``--resume`` need not bring them up."""
-    stand_ins: dict[str, list[Target]] = {}
-    stacked = _stacked_on(spec)
-    for layer in _bring_up_order(spec):
-        carrying = _carrying(spec, hosts, inventory, layer)
-        below = stand_ins.get(stacked.get(layer) or "")
-        stand_ins[layer] = _placeholders(layer, carrying, spec.layer_options.get(layer, {}), below)
+    stand_ins = _stand_ins(spec, hosts, inventory)
     cells = expand(spec, stand_ins, unplaced=set(spec.layers))
+    stacked = _stacked_on(spec)
     finished = {
         layer
         for layer in spec.layers
@@ -242,75 +241,123 @@ def bring_up(
 ) -> BroughtUp:
     """Every layer's targets, from the inventory hosts that carry it; a layer that fails is recorded, not fatal.
 
-    A stacked layer comes up after the layer it runs on, on the same targets when
-    the campaign measures both; when that layer failed, so does the stacked one.
-    Layers in ``skip`` (nothing left to run) keep the stand-ins given there. A bad spec
-    (SpecError) or Ctrl-C takes down what is up and stops the campaign.
+    Layers come up side by side, each on a thread of its own: bring-up waits on daemons, image loads and
+    guests booting, so a campaign's takes as long as its slowest layer, not the sum of them. A stacked layer
+    starts once the layer it runs on is up, on the same targets when the campaign measures both; when that
+    layer failed, so does the stacked one. Layers in ``skip`` (nothing left to run) keep the stand-ins given
+    there. A bad spec (SpecError) or Ctrl-C cancels the layers still coming up (their playbooks and waits
+    stop), takes down what is up and stops the campaign.
     """
     up = BroughtUp()
     stacked = _stacked_on(spec)
-    try:
-        for layer in _bring_up_order(spec):
-            carrying = _carrying(spec, hosts, inventory, layer)
-            options = spec.layer_options.get(layer, {})
-            base = stacked.get(layer)
-            if skip and layer in skip:
-                up.placeholders[layer] = skip[layer]
-                say(f"  {layer}: every cell is stored already, not brought up")
-                continue
-            if base in up.failures:
-                up.failures[layer] = LayerFailure(layer, f"{base} bring-up", f"layer {base} did not come up")
-                up.placeholders[layer] = _placeholders(layer, carrying, options, up.placeholders.get(base))
-                say(f"[red]✗ {layer}: skipped[/red], it runs on layer {base}, which did not come up")
-                continue
-            provider = provider_for(layer, options)(layer)
-            layer_spec = LayerSpec(
-                layer,
-                carrying,
-                inventory,
-                options,
-                artifacts / layer,
-                below=up.targets.get(base) if base else None,
-                below_options=spec.layer_options.get(base, {}) if base else {},
-                wheelhouse=wheelhouse,
-                stacked=[above for above, on in stacked.items() if on == layer],
-                datasets=bool(spec.datasets),
-            )
+    most_processes: dict[str, int] = {}  # a provider that publishes ports at bring-up publishes enough
+    for cell in _planned(spec, hosts, inventory):
+        most_processes[cell.layer] = max(most_processes.get(cell.layer, 1), cell.processes)
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def one(layer: str) -> None:
+        """Bring ``layer`` up (on a worker thread); record its targets, or why it has none."""
+        carrying = _carrying(spec, hosts, inventory, layer)
+        options = spec.layer_options.get(layer, {})
+        base = stacked.get(layer)
+        if skip and layer in skip:
+            up.placeholders[layer] = skip[layer]
+            say(f"  {layer}: every cell is stored already, not brought up")
+            return
+        if base in up.failures:
+            up.failures[layer] = LayerFailure(layer, f"{base} bring-up", f"layer {base} did not come up")
+            up.placeholders[layer] = _placeholders(layer, carrying, options, up.placeholders.get(base))
+            say(f"[red]✗ {layer}: skipped[/red], it runs on layer {base}, which did not come up")
+            return
+        provider = provider_for(layer, options)(layer)
+        layer_spec = LayerSpec(
+            layer,
+            carrying,
+            inventory,
+            options,
+            artifacts / layer,
+            below=up.targets.get(base) if base else None,
+            below_options=spec.layer_options.get(base, {}) if base else {},
+            wheelhouse=wheelhouse,
+            stacked=[above for above, on in stacked.items() if on == layer],
+            datasets=bool(spec.datasets),
+            processes_per_cell=most_processes.get(layer, 1),
+        )
+        with lock:
             up.providers.append(provider)
-            try:
-                with phase(f"{layer}: bring up", f"{provider.name} on {', '.join(h.name for h in carrying)}"):
-                    targets = provider.up(layer_spec)
-            except (SpecError, KeyboardInterrupt):
-                raise
-            except Exception as exc:  # noqa: BLE001 - any failure of one layer must leave the others running
-                up.failures[layer] = LayerFailure(layer, "bring-up", _one_line(exc))
-                up.placeholders[layer] = _placeholders(layer, carrying, options, None)
+        try:
+            with (
+                cancellable(stop),
+                phase(f"{layer}: bring up", f"{provider.name} on {', '.join(h.name for h in carrying)}"),
+            ):
+                targets = provider.up(layer_spec)
+        except (SpecError, KeyboardInterrupt):
+            raise  # the main thread takes everything down
+        except Exception as exc:  # noqa: BLE001 - any failure of one layer must leave the others running
+            up.failures[layer] = LayerFailure(layer, "bring-up", _one_line(exc))
+            up.placeholders[layer] = _placeholders(layer, carrying, options, None)
+            with lock:
                 up.providers.remove(provider)
-                _tear_down(provider, f"{layer}: clean up after the failed bring-up")
-                continue
-            for t in targets:
-                host = next((h for h in carrying if h.name == t.physical_host), None)
-                t.groups = t.groups or (list(host.groups) if host else [])
-            up.targets[layer] = targets
+            _tear_down(provider, f"{layer}: clean up after the failed bring-up")
+            return
+        for t in targets:
+            host = next((h for h in carrying if h.name == t.physical_host), None)
+            t.groups = t.groups or (list(host.groups) if host else [])
+        up.targets[layer] = targets
+
+    order = _bring_up_order(spec)
+    pool = ThreadPoolExecutor(max_workers=len(order), thread_name_prefix="dlinfra-up")
+    running = {pool.submit(one, layer): layer for layer in order if layer not in stacked}
+    try:
+        while running:
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                layer = running.pop(future)
+                future.result()  # a SpecError or a worker's cancellation stops the campaign here
+                for above in (a for a in order if stacked.get(a) == layer):
+                    running[pool.submit(one, above)] = above
     except BaseException:
+        stop.set()  # the layers still coming up stop (their playbooks are cancelled, their waits end)
+        _, late = wait(running, timeout=CANCEL_WAIT_S)
+        if late:
+            say(f"  still coming up after {CANCEL_WAIT_S:.0f} s: {', '.join(running[f] for f in late)}; "
+                "'dlinfra sweep' removes what they leave")  # fmt: skip
         up.down()
         raise
+    finally:
+        pool.shutdown(wait=False)
+    # In the spec's order, whichever layer came up first: the cells, their order and the deploys follow it.
+    up.targets = {layer: up.targets[layer] for layer in order if layer in up.targets}
+    up.placeholders = {layer: up.placeholders[layer] for layer in order if layer in up.placeholders}
     return up
 
 
-def planned_cells(checked: RunInput) -> list[Cell]:
-    """The cells a run would run, from the spec and inventory alone (``dlinfra run --dry-run``).
+#: How long a cancelled bring-up waits for the layers still coming up to stop before taking down the rest.
+CANCEL_WAIT_S = 60.0
 
-    Each layer gets the stand-in targets a failed layer gets (one per host it would use, a stacked layer's on
-    its base layer's), so the cells and their configs are exactly the run's: nothing is built or provisioned.
-    """
-    spec, stacked = checked.spec, _stacked_on(checked.spec)
+
+def planned_cells(checked: RunInput) -> list[Cell]:
+    """The cells a run would run, from the spec and inventory alone (``dlinfra run --dry-run``)."""
+    return _planned(checked.spec, checked.hosts, checked.inventory_path)
+
+
+def _planned(spec: CampaignSpec, hosts: list[InventoryHost], inventory: Path) -> list[Cell]:
+    """The cells, expanded on every layer's stand-ins: exactly the run's cells and configs."""
+    stand_ins = _stand_ins(spec, hosts, inventory)
+    return expand(spec, stand_ins, unplaced=set(stand_ins))
+
+
+def _stand_ins(spec: CampaignSpec, hosts: list[InventoryHost], inventory: Path) -> dict[str, list[Target]]:
+    """Per layer, the stand-in targets a failed layer gets (one per host it would use, a stacked layer's on its
+    base layer's): nothing is built or provisioned."""
+    stacked = _stacked_on(spec)
     stand_ins: dict[str, list[Target]] = {}
     for layer in _bring_up_order(spec):
-        carrying = _carrying(spec, checked.hosts, checked.inventory_path, layer)
+        carrying = _carrying(spec, hosts, inventory, layer)
         below = stand_ins.get(stacked[layer]) if layer in stacked else None
         stand_ins[layer] = _placeholders(layer, carrying, spec.layer_options.get(layer, {}), below)
-    return expand(spec, stand_ins, unplaced=set(stand_ins))
+    return stand_ins
 
 
 def _one_line(exc: BaseException) -> str:
@@ -386,9 +433,11 @@ def _deploy_layers(
     artifacts: Path,
     skip_deploy: bool,
     wanted: dict[str, list[datasets.BuiltDataset]] | None = None,
+    sysbench: Collection[str] = (),
 ) -> tuple[list[LayerFailure], float, int, int]:
     """Deploy (or with ``skip_deploy`` only verify) layer by layer, then ship (verify) the data sets its cells
-    read (``wanted``: target name -> data sets); a layer that fails is returned, not raised.
+    read (``wanted``: target name -> data sets); a layer that fails is returned, not raised. The layers in
+    ``sysbench`` have cells that run it: their hosts are checked for it.
 
     Returns the failed layers, the seconds spent, the tasks Ansible changed deploying and shipping data.
     """
@@ -410,6 +459,7 @@ def _deploy_layers(
                         wheelhouse=wheelhouse,
                         console=console,
                         quiet=console is None,
+                        sysbench=layer in sysbench,
                     )
                     changed += deployed.changed
                     say(f"  {layer}: payload {deployed.payload_hash[:12]} on every target (changed={deployed.changed})")
@@ -462,8 +512,9 @@ def _measure(
     used = {name for cell, _ in todo for name in cell.targets if name not in unusable}
     to_deploy = {layer: [t for t in ts if t.name in used] for layer, ts in up.targets.items()}
     wanted = datasets.needs((cell for cell, _ in todo), built)
+    sysbench = {cell.layer for cell, _ in todo if cell.runs_sysbench}
     failed_deploys, result.deploy_s, result.deploy_changed, result.data_changed = _deploy_layers(
-        to_deploy, wheelhouse, artifacts, skip_deploy, wanted
+        to_deploy, wheelhouse, artifacts, skip_deploy, wanted, sysbench
     )
     for failure in failed_deploys:
         unusable.update({t.name: str(failure) for t in to_deploy[failure.layer]})

@@ -28,6 +28,7 @@ from dlinfra.layers import BASELINE
 from dlinfra.orchestration.datasets import dataset_of
 from dlinfra.orchestration.spec import CampaignSpec, WorkloadSpec, matrix_points
 from dlinfra.payload.cpuset import split_cpuset
+from dlinfra.payload.workloads import WORKLOADS
 from dlinfra.providers.base import Target
 from dlinfra.providers.registry import provider_name
 from dlinfra.record import config_hash
@@ -59,6 +60,17 @@ class Cell:
     @property
     def mode(self) -> str:
         return str(self.config["mode"])
+
+    @property
+    def runs_sysbench(self) -> bool:
+        """Whether the cell (or its background job) runs a sysbench test, which needs sysbench on its hosts."""
+        names = [self.workload, (self.config.get("background") or {}).get("workload", "")]
+        return any(name in WORKLOADS and WORKLOADS[name].kind == "sysbench" for name in names)
+
+    @property
+    def processes(self) -> int:
+        """How many processes the cell starts (ps, workers and the chief; 1 for a single cell)."""
+        return len(_roles(self.config))
 
     def label(self) -> str:
         c = self.config

@@ -8,7 +8,9 @@ seconds, so no phase is ever silent for longer.
 
 Code deep inside a provider does not need the console: it calls :func:`note`
 ("waiting for SSH on vm1; console: ...") and the heartbeat shows the latest
-note of the innermost running phase.
+note of the innermost running phase. Phases may run side by side on several
+threads (a campaign's layers come up together): a note goes to its own
+thread's innermost phase, and the heartbeat shows each thread's.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Phase:
 
     name: str
     started: float = field(default_factory=time.monotonic)
+    thread: int = field(default_factory=threading.get_ident)
     status: str = ""
     outcome: str = ""
     failure: str | None = None
@@ -54,7 +57,7 @@ class _Reporter:
                 self.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {text}", highlight=False)
 
     def beat(self) -> None:
-        """Print the innermost phase's latest note when nothing was printed for a while."""
+        """Print each thread's innermost phase and its latest note when nothing was printed for a while."""
         while True:
             time.sleep(1.0)
             with self.lock:
@@ -62,11 +65,12 @@ class _Reporter:
                     self.thread = None
                     return
                 quiet_for = time.monotonic() - self.last_print
-                phase = self.stack[-1]
+                innermost = {p.thread: p for p in self.stack}  # the last pushed of each thread
             if quiet_for >= HEARTBEAT_S:
-                elapsed = time.monotonic() - phase.started
-                status = f": {escape(phase.status)}" if phase.status else ""
-                self.say(f"  … {escape(phase.name)} ({elapsed:.0f} s){status}")
+                for phase in sorted(innermost.values(), key=lambda p: p.started):
+                    elapsed = time.monotonic() - phase.started
+                    status = f": {escape(phase.status)}" if phase.status else ""
+                    self.say(f"  … {escape(phase.name)} ({elapsed:.0f} s){status}")
 
     def push(self, phase: Phase) -> None:
         with self.lock:
@@ -100,10 +104,13 @@ def say(text: str) -> None:
 
 
 def note(status: str) -> None:
-    """What the innermost running phase is doing now; the heartbeat prints it (no-op outside a phase)."""
+    """What the innermost running phase of this thread (else of any) is doing now; the heartbeat prints it
+    (no-op outside a phase)."""
+    me = threading.get_ident()
     with _REPORTER.lock:
-        if _REPORTER.stack:
-            _REPORTER.stack[-1].status = status
+        mine = [p for p in _REPORTER.stack if p.thread == me] or _REPORTER.stack
+        if mine:
+            mine[-1].status = status
 
 
 @contextmanager

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from dlinfra import cancel
 from dlinfra.errors import SpecError
 from dlinfra.inventory import InventoryHost
 from dlinfra.transport import ContainerAccess, ContainerTransport, SshEndpoint, SshTransport, Transport
@@ -157,6 +158,9 @@ class LayerSpec:
     stacked: list[str] = field(default_factory=list)
     #: The campaign ships data sets (``datasets:``): containers mount their host's data-set folder read-only.
     datasets: bool = False
+    #: The most processes one of the campaign's cells starts on this layer (ps + workers + chief): a provider
+    #: that publishes ports when it creates a target (bridged containers) publishes enough for them.
+    processes_per_cell: int = 1
 
 
 class Provider(abc.ABC):
@@ -214,7 +218,8 @@ class Provider(abc.ABC):
             self.wait_ready(targets)
             self.post_create(targets)
         except BaseException:
-            self.down()
+            with cancel.shielded():  # a cancelled bring-up is still taken down, to its end
+                self.down()
             raise
         for target in targets:
             target.provider = self.name

@@ -33,15 +33,22 @@ def _runs(db: Path, campaign: str) -> list[sqlite3.Row]:
 
 
 def _spec(
-    tmp_path: Path, hosts: list[str], *, layers: str = "[bm, ctr]", network: str = "host", single: bool = True
+    tmp_path: Path,
+    hosts: list[str],
+    *,
+    layers: str = "[bm, ctr]",
+    network: str = "host",
+    single: bool = True,
+    per_host: int = 2,
 ) -> Path:
-    """mnist-dnn ps-async 1x2 across ``hosts`` (and a single cell on the first host unless ``single`` is off)."""
+    """mnist-dnn ps-async 1x2 across ``hosts`` (and a single cell on the first host unless ``single`` is off),
+    ``per_host`` containers on each host."""
     names = ", ".join(hosts)
     text = (
         f"name: bm-ctr\ninventory: testbed:{TESTBED}\nlayers: {layers}\n"
         "warmup_steps: 5\nsteps: 30\ncell_timeout: 300\npeer_timeout: 90\n"
         "layer_options:\n"
-        f"  ctr: {{provider: docker, hosts: [{names}], placement: spread, processes_per_host: 2,\n"
+        f"  ctr: {{provider: docker, hosts: [{names}], placement: spread, processes_per_host: {per_host},\n"
         f"         network: {network}, run_id: {RUN_ID}}}\n"
         "workloads:\n"
     )
@@ -150,11 +157,15 @@ def test_bm_and_ctr_cells_in_one_campaign(deployed, tmp_path: Path) -> None:
 
 
 def test_ps_async_across_hosts_on_bridge_networks(deployed, tmp_path: Path) -> None:
-    """Seed 002's case: containers on each host's own bridge network reach the other host's through published ports."""
+    """Seed 002's case: containers on each host's own bridge network reach the other host's through published ports.
+
+    One container per host for the cell's four processes (ps, 2 workers, the chief), as seed 000 and 002 run
+    locally: one container holds two of them and the chief's control port, so it publishes three ports
+    without being told to (ports_per_container's default follows the campaign's largest cell)."""
     need_binary("dockerd")
     hosts = deployed.bed.state.hosts[:2]
     db = tmp_path / "r.db"
-    spec = _spec(tmp_path, [h.name for h in hosts], layers="[ctr]", network="bridge", single=False)
+    spec = _spec(tmp_path, [h.name for h in hosts], layers="[ctr]", network="bridge", single=False, per_host=1)
     cached = _payload_image_loads(hosts)  # what the test before left in the hosts' image cache
     proc = run_cli(
         "--db", str(db), "run", str(spec), "--campaign-id", "ctr-bridge-it", "--artifacts", str(tmp_path / "art"),
@@ -173,6 +184,7 @@ def test_ps_async_across_hosts_on_bridge_networks(deployed, tmp_path: Path) -> N
         assert p["target_address"] == by_host[p["physical_host"]]  # peers came in through the host's published port
         assert p["hostname"] != socket.gethostname()  # its own UTS and network namespace, not the host's
     assert {p["physical_host"] for p in provs} == set(by_host)
+    assert len({p["hostname"] for p in provs}) == 2, "one container per host, two processes in one of them"
     _assert_nothing_left(hosts, runs)
     reloaded = [key for key, when in _payload_image_loads(hosts).items() if key in cached and cached[key] != when]
     assert not reloaded, f"the cached image was loaded again: {reloaded}"

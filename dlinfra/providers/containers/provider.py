@@ -139,7 +139,8 @@ class ContainerProvider(Provider):
         "keep_images": "leave the loaded payload image on the hosts after the campaign, as their image cache "
         "(default: true on local testbed hosts, whose engine data goes with the testbed; false elsewhere)",
         "run_id": "label of this run's objects (default: random)",
-        "ports_per_container": "ports published per bridge container (default 2 when bridged across hosts)",
+        "ports_per_container": "ports published per bridge container when bridged across hosts (default: the "
+        "most processes of one of the campaign's cells on the layer, plus one; at least 2)",
         "port_base": "first published port (default 23000)",
         "wheelhouse": "a prebuilt wheelhouse folder with requirements.lock (air-gapped sites, tests)",
     }
@@ -324,7 +325,9 @@ class ContainerProvider(Provider):
         n = 1 if opts["placement"] == "single" else int(opts.get("processes_per_host", 1))
         per_host = 1 if opts["placement"] == "pack" else n
         port_base = int(opts.get("port_base", 23000))
-        ports_each = int(opts.get("ports_per_container", 2 if network.kind == "bridge" else 0))
+        # Enough for a cell whose processes all land in one container, plus the chief's control port.
+        enough = max(2, spec.processes_per_cell + 1) if network.kind == "bridge" else 0
+        ports_each = int(opts.get("ports_per_container", enough))
         publish = network.kind == "bridge" and len(hosts) > 1
         plays: list[PlayHost] = []
         placed: list[list[tuple[ContainerSpec, list[int], tuple[int, ...]]]] = []

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from dlinfra import cancel
 from dlinfra.errors import DlinfraError, SpecError, TargetError
 from dlinfra.inventory import InventoryHost
 from dlinfra.orchestration.runs_registry import RunClaim, claim, live_runs, recorded_objects
@@ -94,6 +95,7 @@ def _wait_for(conn: Any, nodes: dict[str, str], goal: str, timeout: float, inter
     deadline = time.monotonic() + timeout
     states: dict[str, str] = {}
     while pending:
+        cancel.check()  # a bring-up the campaign stopped (a teardown runs unbound: never)
         for node_id, name in list(pending.items()):
             node = _node_state(conn, node_id)
             if node is None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlinfra import cancel
 from dlinfra.cache import cache_root
 from dlinfra.errors import SpecError, TargetError
 from dlinfra.orchestration.ansible import LOCAL_HOST, PlaybookResult, new_ident, run_playbook
@@ -341,7 +342,8 @@ class LibvirtProvider:
         try:
             return self._create(guests, checks, image)
         except BaseException:
-            self.down()
+            with cancel.shielded():  # a cancelled bring-up is still taken down, to its end
+                self.down()
             raise
 
     def _create(self, guests: list[GuestSpec], checks: HostChecks, image: GuestImage) -> list[Target]:
@@ -572,6 +574,7 @@ class LibvirtProvider:
 
         last = ""
         while time.monotonic() < deadline:
+            cancel.check()  # the campaign was stopped while this layer came up
             if watch is not None:
                 watch.poll()
                 accel = "KVM" if plan.virt_type == "kvm" else "QEMU TCG"

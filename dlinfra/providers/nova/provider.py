@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dlinfra import secrets
+from dlinfra import cancel, secrets
 from dlinfra.errors import SpecError, TargetError
 from dlinfra.inventory import InventoryHost
 from dlinfra.orchestration.runs_registry import RunClaim, claim, recorded_objects, runs_dir
@@ -517,6 +517,7 @@ def wait_active(conn: Any, prefix: str, label: str, count: int, timeout: float, 
     """Poll the run's servers until all ``count`` are ACTIVE; ERROR or the timeout is one error naming servers."""
     deadline = time.monotonic() + timeout
     while True:
+        cancel.check()  # the campaign was stopped while this layer came up
         servers = {s.name: s for s in run_servers(conn, prefix, label)}
         failed = [s for s in servers.values() if s.status == "ERROR"]
         if failed:

@@ -1,0 +1,112 @@
+"""A campaign's layers come up side by side; a stacked layer after its base; a stop cancels the rest.
+
+What is tested here is dlinfra's own scheduling of bring-up, so the providers are stand-ins whose ``up``
+waits on the others (real providers come up side by side in every campaign test, ``make demo`` included).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from dlinfra import cancel
+from dlinfra.errors import SpecError
+from dlinfra.inventory import InventoryHost
+from dlinfra.orchestration import campaign
+from dlinfra.orchestration.spec import load_spec
+from dlinfra.providers.base import LayerSpec, Provider, Target
+
+HOSTS = [InventoryHost("h1", "10.0.0.1", [], {"dlinfra_layers": ["bm", "ctr", "vm", "ctr-vm"]})]
+
+
+def _spec(tmp_path: Path, layers: str) -> object:
+    path = tmp_path / "c.yml"
+    path.write_text(
+        f"name: c\ninventory: hosts.yml\nlayers: {layers}\nsteps: 3\nwarmup_steps: 1\n"
+        "workloads:\n  - {name: mnist-dnn, matrix: {batch_size: [8]}}\n"
+    )
+    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    h1: {ansible_host: 10.0.0.1}\n")
+    return load_spec(path)
+
+
+def _stand_ins(monkeypatch: pytest.MonkeyPatch, create: Callable[[str], None]) -> dict[str, list[str]]:
+    """Every layer's provider becomes one whose create() runs ``create(layer)``; returns what each did."""
+    log: dict[str, list[str]] = {}
+
+    class StandIn(Provider):
+        name = "stand-in"
+        layers: ClassVar[dict[str, str | None]] = {"bm": None, "ctr": None, "vm": None, "ctr-vm": "vm"}
+
+        def create(self, spec: LayerSpec) -> list[Target]:
+            log.setdefault(self.layer, []).append(f"create {time.monotonic():.3f}")
+            create(self.layer)
+            log[self.layer].append(f"created {time.monotonic():.3f}")
+            return [Target(self.layer, f"{self.layer}@h1", "h1", "10.0.0.1")]
+
+        def delete(self) -> None:
+            log.setdefault(self.layer, []).append("down")
+
+    monkeypatch.setattr(campaign, "provider_for", lambda layer, options=None: StandIn)
+    return log
+
+
+def test_independent_layers_come_up_at_the_same_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    both = threading.Barrier(2, timeout=20)  # broken (BrokenBarrierError) if one layer waited for the other
+    log = _stand_ins(monkeypatch, lambda layer: both.wait())
+    up = campaign.bring_up(_spec(tmp_path, "[vm, ctr]"), HOSTS, tmp_path / "hosts.yml", tmp_path / "art")
+    assert not up.failures, up.failures
+    assert list(up.targets) == ["vm", "ctr"], "the spec's order, whichever came up first"
+    assert all(entries[-1].startswith("created") for entries in log.values())
+    up.down()
+    assert all(entries[-1] == "down" for entries in log.values())
+
+
+def test_a_stacked_layer_starts_after_its_base_is_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _stand_ins(monkeypatch, lambda layer: time.sleep(0.3 if layer == "vm" else 0))
+    up = campaign.bring_up(_spec(tmp_path, "[ctr-vm, vm]"), HOSTS, tmp_path / "hosts.yml", tmp_path / "art")
+    assert list(up.targets) == ["vm", "ctr-vm"]
+    vm_created = float(log["vm"][1].split()[1])
+    assert float(log["ctr-vm"][0].split()[1]) >= vm_created, log
+    up.down()
+    assert log["ctr-vm"][-1] == "down" and log["vm"][-1] == "down"
+
+
+def test_a_bad_layer_stops_the_others_and_everything_is_taken_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waiting = threading.Event()
+
+    def create(layer: str) -> None:
+        if layer == "vm":  # a guest that takes its time to boot, looking for a stop as the real wait does
+            waiting.set()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                cancel.check()
+                time.sleep(0.05)
+            raise AssertionError("the wait was never cancelled")
+        waiting.wait(10)
+        raise SpecError("ctr: a spec problem found at bring-up")
+
+    log = _stand_ins(monkeypatch, create)
+    started = time.monotonic()
+    with pytest.raises(SpecError, match="spec problem"):
+        campaign.bring_up(_spec(tmp_path, "[vm, ctr]"), HOSTS, tmp_path / "hosts.yml", tmp_path / "art")
+    assert time.monotonic() - started < 15, "the waiting layer was cancelled, not waited out"
+    assert log["vm"][-1] == "down" and log["ctr"][-1] == "down", log
+
+
+def test_a_layer_that_fails_leaves_the_other_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def create(layer: str) -> None:
+        if layer == "ctr":
+            raise RuntimeError("no engine on h1")
+
+    log = _stand_ins(monkeypatch, create)
+    up = campaign.bring_up(_spec(tmp_path, "[bm, ctr]"), HOSTS, tmp_path / "hosts.yml", tmp_path / "art")
+    assert list(up.targets) == ["bm"] and "no engine on h1" in str(up.failures["ctr"])
+    assert log["ctr"][-1] == "down" and log["bm"][-1].startswith("created")
+    up.down()
