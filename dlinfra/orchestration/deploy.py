@@ -102,11 +102,13 @@ def deploy(
     wheelhouse: Wheelhouse | None = None,
     quiet: bool = False,
     compile_bytecode: bool = True,
+    sysbench: bool = True,
 ) -> DeployResult:
     """Install the wheelhouse on every target (Ansible), then check every target's payload hash.
 
     ``compile_bytecode=False`` skips byte-compiling on install (faster deploys for tests; the first
-    run on a target then compiles as it imports, which shows in its timings).
+    run on a target then compiles as it imports, which shows in its timings). ``sysbench=False`` leaves
+    out the check that sysbench is installed (a round trip per host) where no cell runs it.
     """
     if not targets:
         raise DlinfraError("nothing to deploy to: no targets")
@@ -123,6 +125,7 @@ def deploy(
         "payload_self_tar": str(wh.self_tarball),
         "payload_deps_hash": wh.deps_hash,
         "payload_pip_compile": compile_bytecode,
+        "dlinfra_sysbench": sysbench,
     }
     archive = build_deps_archive(wh)
     if archive is not None:  # targets whose interpreter it fits unpack it instead of running pip

@@ -263,7 +263,10 @@ def test_payload_role_from_the_dependencies_archive(
     assert first["output"].count(task) == 1
     unpacking = first["output"].split(task)[1].split("TASK [")[0]
     assert len(re.findall(r"^changed: \[h\d\]", unpacking, re.M)) == 1, "one host unpacked it for both"
-    assert sorted(p.name for p in store.iterdir()) == [archive.sha256], "unpacked once, nothing partial left"
+    assert sorted(p.name for p in store.iterdir()) == [archive.sha256, "wheels"], "unpacked once, nothing partial"
+    assert [p.name for p in (store / "wheels").iterdir()] == [f"{extra['payload_lock_hash']}.tar"]
+    copying = first["output"].split("TASK [payload : Copy dlinfra's wheel and its lock into the store")[1]
+    assert len(re.findall(r"^changed: \[h\d\]", copying.split("TASK [")[0], re.M)) == 1, "one copy for both"
     for name in hosts:
         venv_python = tmp_path / name / "venv" / "bin" / "python"
         probe = "import dlinfra.payload, psutil; print(psutil.__file__)"
@@ -274,10 +277,20 @@ def test_payload_role_from_the_dependencies_archive(
     again = _play_hosts(tmp_path, "payload", extra, hosts)
     assert again["rc"] == 0 and again["h1"]["changed"] == again["h2"]["changed"] == 0, again["output"][-3000:]
 
+    # A source edit: another lock, the same dependencies. One new wheel tar in the store, both hosts on it.
+    edited = {**extra, "payload_lock_hash": "e" * 64}
+    assert _play_hosts(tmp_path, "payload", edited, hosts)["rc"] == 0
+    assert sorted(p.name for p in (store / "wheels").iterdir()) == sorted(
+        [f"{extra['payload_lock_hash']}.tar", f"{'e' * 64}.tar"]
+    )
+    for name in hosts:
+        assert (tmp_path / name / "installed.lock.sha256").read_text().strip() == "e" * 64
+
     wrong = {"payload_home": str(tmp_path / "h3"), "dlinfra_deps_store": str(tmp_path / "store3")}
     refused = _play_hosts(tmp_path, "payload", {**extra, "payload_deps_sha256": "0" * 64}, {"h3": wrong})
     assert refused["rc"] != 0 and "not " + "0" * 64 in refused["output"], refused["output"][-3000:]
-    assert not any((tmp_path / "store3").iterdir()), "the refused copy and any partial folder are removed"
+    left = [p.relative_to(tmp_path / "store3") for p in (tmp_path / "store3").rglob("*")]
+    assert left in ([], [Path("wheels")]), f"the refused copy and any partial folder are removed: {left}"
 
     other = {"payload_home": str(tmp_path / "h4"), "dlinfra_deps_store": str(tmp_path / "store4")}
     fallback = _play_hosts(

@@ -7,7 +7,8 @@ count however little each does. This does the per-host work in three calls: ``in
 whether the archive fits the target's interpreter, whether the store holds it), ``unpack`` (one host per
 store: check the copied archive's sha256, unpack it, move it into place) and ``install`` (a venv without pip
 that reaches the store through a .pth file, and dlinfra's own wheel, checked against its lock, unpacked
-into it). Every command is an argv list; nothing is passed through a shell.
+into it from the store, where one host per store copied it). Every command is an argv list; nothing is passed
+through a shell.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ short_description: The dlinfra payload's venv from a dependencies archive (inspe
 description:
   - C(inspect) reads the installed markers, runs O(probe) with O(base_python) (unless O(marker) holds O(lock_hash))
     to see whether the archive fits, and
-    looks for O(sha256) in O(store). It creates O(home) and O(store) where they are missing, and changes nothing else.
+    looks for O(sha256) in O(store). It creates O(home), O(store) and its C(wheels) folder where they are missing, and
+    changes nothing else.
   - C(unpack) checks the copied O(archive) against O(sha256), unpacks it into C(store/sha256) by way of a partial
     folder moved into place, and removes the copy.
   - C(install) creates O(venv) without pip (unless O(self_only) and it is there), points it at C(store/sha256) with a
-    C(.pth) file, unpacks dlinfra's wheel from O(self_tar) after checking it against the tar's C(dlinfra.lock), and
-    writes the markers.
+    C(.pth) file, unpacks dlinfra's wheel from O(self_tar) after checking it against the tar's C(dlinfra.lock),
+    writes the markers, and removes all but the newest few wheel tars of the store (never O(self_tar)).
 options:
   mode: {description: What to do., type: str, required: true, choices: [inspect, unpack, install]}
   store: {description: Folder of unpacked archives, one per sha256., type: str, required: true}
@@ -49,7 +51,8 @@ options:
   archive: {description: The copied archive (unpack)., type: str, default: ""}
   venv: {description: The payload venv (install)., type: str, default: ""}
   site: {description: The venv's site-packages, relative to it (install)., type: str, default: ""}
-  self_tar: {description: The copied tar of dlinfra's wheel and dlinfra.lock (install)., type: str, default: ""}
+  self_tar: {description: "The tar of dlinfra's wheel and dlinfra.lock in the store's wheels folder (install); the
+      newest few there are kept.", type: str, default: ""}
   self_only: {description: The dependencies are current, reinstall dlinfra only (install)., type: bool, default: false}
 author: dlinfra
 """
@@ -64,6 +67,9 @@ machine_id: {description: /etc/machine-id, to tell hosts of one machine (inspect
 """
 
 DONE = ".complete"
+#: The store's folder of dlinfra's wheel tars, one per lock hash; the newest few are kept.
+WHEELS = "wheels"
+KEEP_WHEELS = 4
 #: The options that are text, empty unless given (DOCUMENTATION says what each is).
 TEXT_OPTIONS = (
     "home", "sha256", "marker", "deps_marker", "lock_hash", "deps_hash", "probe", "fits", "archive", "venv", "site",
@@ -99,7 +105,7 @@ def _inspect(module: AnsibleModule, p: dict) -> dict:
         except (OSError, subprocess.TimeoutExpired):
             fits = False
     made = False
-    for path in (os.path.expanduser(p["home"]), store) if fits else ():  # where the archive path will write
+    for path in (os.path.expanduser(p["home"]), store, os.path.join(store, WHEELS)) if fits else ():  # written next
         if path and not os.path.isdir(path):
             os.makedirs(path, mode=0o755, exist_ok=True)
             made = True
@@ -157,6 +163,19 @@ def _install_wheel(module: AnsibleModule, self_tar: str, site: str) -> None:
             wheel.extractall(site)  # noqa: S202 (its sha256 is the one the lock pins)
 
 
+def _prune_wheels(folder: str, keep: str) -> None:
+    """Remove all but the newest KEEP_WHEELS wheel tars of the store (never ``keep``, the one just installed):
+    the other hosts of the store may still be installing an older one; each source edit adds a new one."""
+    tars = [os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".tar")]
+    tars.sort(key=lambda t: os.stat(t).st_mtime, reverse=True)
+    for old in tars[KEEP_WHEELS:]:
+        if os.path.abspath(old) != os.path.abspath(keep):
+            try:
+                os.unlink(old)
+            except FileNotFoundError:  # another host of the store pruned it first
+                pass
+
+
 def _install(module: AnsibleModule, p: dict) -> dict:
     folder = os.path.join(os.path.abspath(os.path.expanduser(p["store"])), p["sha256"])
     if not os.path.exists(os.path.join(folder, DONE)):
@@ -174,7 +193,7 @@ def _install(module: AnsibleModule, p: dict) -> dict:
             f.write(line)
     self_tar = os.path.expanduser(p["self_tar"])
     _install_wheel(module, self_tar, site)
-    os.unlink(self_tar)
+    _prune_wheels(os.path.dirname(os.path.abspath(self_tar)), keep=self_tar)
     for marker, value in ((p["marker"], p["lock_hash"]), (p["deps_marker"], p["deps_hash"])):
         if value:
             with open(os.path.expanduser(marker), "w") as f:
