@@ -49,6 +49,7 @@ bench: setup daemons openstack
 	rm -f $(BENCH_FIGURES)
 	DLINFRA_BENCH_FIGURES=$(BENCH_FIGURES) $(BIN)/python bench/payload_overhead.py || true
 	DLINFRA_BENCH_FIGURES=$(BENCH_FIGURES) $(BIN)/python bench/orchestration.py || true
+	DLINFRA_BENCH_FIGURES=$(BENCH_FIGURES) $(BIN)/python bench/campaign.py || true
 	$(BIN)/python bench/openstack.py || true
 	$(BIN)/python bench/figures.py $(BENCH_FIGURES)
 
