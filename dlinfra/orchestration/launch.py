@@ -20,6 +20,7 @@ sweep`` removes.
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,8 +29,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dlinfra.errors import TargetError
+from dlinfra.orchestration import background
 from dlinfra.orchestration.cells import Cell, Process, tf_config
 from dlinfra.orchestration.datasets import BuiltDataset, dataset_of
+from dlinfra.orchestration.runs_registry import RunClaim, claim
 from dlinfra.payload.cpuset import format_cpuset
 from dlinfra.payload.params import PARAM, to_argv
 from dlinfra.payload.workloads import WORKLOADS
@@ -47,27 +50,6 @@ _PREPARE = (
 )
 #: Make the run folder, clearing a previous attempt; $0: the folder.
 _MKDIR = 'rm -rf "$0" && mkdir -p "$0"'
-#: Write our pid (= the process group ``timeout`` makes) to $0, then become the command.
-_PIDWRAP = 'echo $$ > "$0"; exec "$@"'
-#: Stop the process group whose leader's pid is in argv[1]: TERM, a moment, then KILL (no shell: dash's
-#: kill cannot signal a group).
-_KILL = (
-    "import os, signal, sys, time\n"
-    "try:\n"
-    "    pgid = int(open(sys.argv[1]).read().strip())\n"
-    "    os.killpg(pgid, signal.SIGTERM)\n"
-    "except (OSError, ValueError):\n"
-    "    sys.exit(0)\n"
-    "for _ in range(20):\n"
-    "    time.sleep(0.1)\n"
-    "    try:\n"
-    "        os.killpg(pgid, 0)\n"
-    "    except ProcessLookupError:\n"
-    "        sys.exit(0)\n"
-    "os.killpg(pgid, signal.SIGKILL)\n"
-)
-
-
 #: Transport slots of a background job: the job's own link, then one to watch and stop it (a cell's
 #: processes use slots 0, 1, ... of a target).
 _BACKGROUND_SLOT = 1000
@@ -96,14 +78,8 @@ class BackgroundJob:
     folder: str
     thread: threading.Thread
     outcome: ProcessOutcome
-
-    @staticmethod
-    def ready_file_in(folder: str) -> str:
-        return f"{folder}/ready"
-
-    @staticmethod
-    def pid_file_in(folder: str) -> str:
-        return f"{folder}/job.pid"
+    #: Its entry in the run registry while it runs on a bm host: if the controller dies, a sweep stops it.
+    claim: RunClaim | None = None
 
     def ended(self) -> str | None:
         """Why the job is no longer running (None while it runs)."""
@@ -220,10 +196,10 @@ class Launcher:
         }
         inner = [target.python, "-m", "dlinfra.payload", "run", "--workload", workload, "--mode", "single"]
         inner += [*to_argv(values), "--context-json", json.dumps(context, sort_keys=True)]
-        inner += ["--out", f"{folder}/job.json", "--ready-file", BackgroundJob.ready_file_in(folder)]
+        inner += ["--out", f"{folder}/job.json", "--ready-file", background.ready_file_in(folder)]
         # Its own timeout: a controller that dies cannot leave it running for longer than two cells.
         wrapped = ["timeout", "--kill-after=5", f"{2 * timeout + 60:.0f}", *inner]
-        return ["sh", "-c", _PIDWRAP, BackgroundJob.pid_file_in(folder), *wrapped]
+        return ["sh", "-c", background.PIDWRAP, background.pid_file_in(folder), *wrapped]
 
     def start_background(self, cell: Cell, repeat: int, target: Target, timeout: float) -> BackgroundJob:
         """Start the job on ``target`` (its own folder beside the cell's, which a cell's prepare clears)."""
@@ -236,10 +212,14 @@ class Launcher:
             raise TargetError(f"host {target.name}: cannot prepare the background job: {made.last_error_line()}")
         outcome = ProcessOutcome(Process("background", 0, target))
         argv = self._background_argv(cell, repeat, target, folder, timeout)
+        held = None
+        if target.container is None and target.layer == "bm":  # a container or a guest goes with its own run
+            record = background.sweep_record(target.ssh, target.python, folder)
+            held = claim(f"dlinfra-bg-{secrets.token_hex(6)}", background.KIND, **record)
         conn = self.pool.get(target, _BACKGROUND_SLOT)
         thread = threading.Thread(target=self._run_one, args=(conn, argv, outcome, threading.Barrier(1)), daemon=True)
         thread.start()
-        return BackgroundJob(target, folder, thread, outcome)
+        return BackgroundJob(target, folder, thread, outcome, held)
 
     def await_background(self, job: BackgroundJob, timeout: float, cancel: threading.Event) -> None:
         """Return once the job's work began (its ready file exists); TargetError if it ends or takes too long."""
@@ -250,7 +230,7 @@ class Launcher:
             if ended is not None:
                 raise TargetError(f"host {job.target.name}: the background job ended before its work began: {ended}")
             try:
-                if watch.run(["test", "-e", BackgroundJob.ready_file_in(job.folder)], timeout=30).ok:
+                if watch.run(["test", "-e", background.ready_file_in(job.folder)], timeout=30).ok:
                     return
             except LinkLost as exc:
                 raise TargetError(f"host {job.target.name}: cannot watch the background job: {exc.cause}") from None
@@ -261,16 +241,16 @@ class Launcher:
             time.sleep(0.5)
 
     def stop_background(self, job: BackgroundJob) -> None:
-        """Stop the job's process group and remove its folder; never raises (the host may be gone)."""
+        """Stop the job's process group and remove its folder; never raises (the host may be gone: then its
+        registry entry stays, for a sweep, and the job's own timeout ends it there)."""
         job.outcome.killed = True
-        target = job.target
         try:
-            watch = self.pool.get(target, _BACKGROUND_SLOT + 1)
-            watch.run([target.python, "-c", _KILL, BackgroundJob.pid_file_in(job.folder)], timeout=15)
+            stopped = background.stop(self.pool.get(job.target, _BACKGROUND_SLOT + 1), job.target.python, job.folder)
             job.thread.join(timeout=20)
-            watch.run(["rm", "-rf", job.folder], timeout=30)
-        except Exception:  # noqa: BLE001, S110 - the host may be gone; the job's timeout ends it there
-            pass
+        except Exception:  # noqa: BLE001 - the host may be gone
+            return
+        if job.claim is not None and stopped.ok:
+            job.claim.release()
 
     # -- one cell -----------------------------------------------------------
 
@@ -347,7 +327,7 @@ class Launcher:
             argv = [
                 "sh",
                 "-c",
-                _PIDWRAP,
+                background.PIDWRAP,
                 f"{run_dir}/{p.key}.pid",
                 "timeout",
                 "--kill-after=5",
@@ -469,7 +449,7 @@ class Launcher:
             p = outcome.process
             pidfile = f"{self._run_dir(p, cell, repeat)}/{p.key}.pid"
             try:
-                self.pool.get(*key).run([p.target.python, "-c", _KILL, pidfile], timeout=15)
+                self.pool.get(*key).run([p.target.python, "-c", background.KILL, pidfile], timeout=15)
             except Exception:  # noqa: BLE001, S110 - the host may be gone; its processes die with it
                 pass
 

@@ -259,6 +259,66 @@ def test_sigkill_during_a_ctr_cell_then_sweep_leaves_nothing(testbed_one, tmp_pa
     assert again.returncode == 0 and "nothing to sweep" in again.stdout, again.stdout + again.stderr
 
 
+# ------------------------------------------------------- bm shared cell, SIGKILL
+def _processes_with(*words: str) -> dict[int, str]:
+    """pid -> command line of the processes on this machine (the testbed hosts share its PID space) whose
+    command line holds every one of ``words``."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if proc.name.isdigit() and all(word in cmd for word in words):
+            found[int(proc.name)] = cmd
+    return found
+
+
+def test_sigkill_during_a_shared_bm_cell_then_sweep_stops_its_background_job(testbed_one, tmp_path: Path) -> None:
+    """The controller dies while a shared cell runs on a bm host: the background job, started there over SSH,
+    outlives it (until its own timeout, twice the cell's); ``dlinfra sweep`` stops it and removes its folder."""
+    from dlinfra.orchestration.runs_registry import is_live, runs_dir
+
+    need_binary("sysbench")
+    host = testbed_one.hosts[0]
+    spec = tmp_path / "sweep-bg.yml"
+    spec.write_text(
+        "name: sweep-bg\ninventory: testbed:dlswc\nlayers: [bm]\nwarmup_steps: 5\nsteps: 1000000\n"
+        "cell_timeout: 900\nbackground: {workload: sysbench-cpu, threads: 1}\n"
+        "workloads:\n  - {name: mnist-dnn, hosts: ['all[0]'], matrix: {mode: [single], scenario: [shared]}}\n"
+    )
+    log = tmp_path / "controller.log"
+    argv = [sys.executable, "-m", "dlinfra", "--db", str(tmp_path / "r.db"), "run", str(spec)]
+    proc = _controller([*argv, "--artifacts", str(tmp_path / "art")], log)
+    runs = str(Path(host.home) / "runs")
+
+    def both_running() -> bool:  # the job (its sysbench) and the measured cell next to it
+        return bool(_processes_with("sysbench", "cpu", runs)) and bool(_processes_with("--workload mnist-dnn", runs))
+
+    _wait_for("a shared cell running next to its background job", both_running, proc, log, timeout=600)
+    _kill_session(proc)
+    try:
+        time.sleep(1)
+        job = _processes_with("--workload sysbench-cpu", ".background", runs)
+        assert job, "the background job died with its controller: nothing to test"
+        entries = [json.loads(p.read_text()) for p in runs_dir().glob("dlinfra-bg-*.json")]
+        mine = [e for e in entries if any(o.get("folder", "").startswith(runs) for o in e.get("objects", []))]
+        assert len(mine) == 1 and not is_live(mine[0]["label"]), entries
+        folder = Path(mine[0]["objects"][0]["folder"])
+        assert folder.is_dir()
+
+        swept = run_cli("sweep", timeout=300)
+        assert swept.returncode == 0, swept.stdout + swept.stderr
+        assert "background jobs" in swept.stdout, swept.stdout
+        time.sleep(0.5)
+        assert not _processes_with(".background", runs), "the background job outlived the sweep"
+        assert not folder.exists() and not (runs_dir() / f"{mine[0]['label']}.json").exists()
+    finally:  # the measured cell's own process ends at its cell timeout: not this test's subject, not left running
+        for pid in _processes_with("dlinfra.payload", runs):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 # ----------------------------------------------------------------- vm, SIGKILL
 _VM_CONTROLLER = """
 import sys, time
