@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dlinfra.errors import TargetError
-from dlinfra.orchestration import background
+from dlinfra.orchestration import process_groups
 from dlinfra.orchestration.cells import Cell, Process, tf_config
 from dlinfra.orchestration.datasets import BuiltDataset, dataset_of
 from dlinfra.orchestration.runs_registry import RunClaim, claim
@@ -78,8 +78,14 @@ class BackgroundJob:
     folder: str
     thread: threading.Thread
     outcome: ProcessOutcome
-    #: Its entry in the run registry while it runs on a bm host: if the controller dies, a sweep stops it.
-    claim: RunClaim | None = None
+
+    @staticmethod
+    def ready_file_in(folder: str) -> str:
+        return f"{folder}/ready"
+
+    @staticmethod
+    def pid_file_in(folder: str) -> str:
+        return f"{folder}/job.pid"
 
     def ended(self) -> str | None:
         """Why the job is no longer running (None while it runs)."""
@@ -129,9 +135,30 @@ class Launcher:
         #: The generated data sets (name -> built): a cell's ``data: generated:NAME`` becomes its path on the target.
         self.datasets = dict(datasets or {})
         self.pool = TransportPool(lambda target: target.transport())
+        #: This launcher's run in the run registry, claimed when it first starts a process on a bm host.
+        self._registry: RunClaim | None = None
+        self._registry_lock = threading.Lock()
 
     def close(self) -> None:
         self.pool.close()
+        if self._registry is not None:
+            self._registry.release()
+            self._registry = None
+
+    def _register(self, target: Target, pid_file: str, folder: str | None = None) -> None:
+        """Record a process group about to start on a bm host in this launcher's run (see :mod:`.process_groups`)."""
+        entry = process_groups.registry_entry(target, pid_file, folder)
+        if entry is None:
+            return
+        with self._registry_lock:
+            if self._registry is None:
+                self._registry = claim(f"dlinfra-launch-{secrets.token_hex(6)}", "launcher", campaign=self.campaign_id)
+            self._registry.add(process_groups.KIND, key=pid_file, **entry)
+
+    def _unregister(self, pid_file: str) -> None:
+        """The group ended or was stopped: a sweep has nothing to do for it."""
+        if self._registry is not None:
+            self._registry.remove(process_groups.KIND, pid_file)
 
     # -- helpers ------------------------------------------------------------
 
@@ -196,10 +223,10 @@ class Launcher:
         }
         inner = [target.python, "-m", "dlinfra.payload", "run", "--workload", workload, "--mode", "single"]
         inner += [*to_argv(values), "--context-json", json.dumps(context, sort_keys=True)]
-        inner += ["--out", f"{folder}/job.json", "--ready-file", background.ready_file_in(folder)]
+        inner += ["--out", f"{folder}/job.json", "--ready-file", BackgroundJob.ready_file_in(folder)]
         # Its own timeout: a controller that dies cannot leave it running for longer than two cells.
         wrapped = ["timeout", "--kill-after=5", f"{2 * timeout + 60:.0f}", *inner]
-        return ["sh", "-c", background.PIDWRAP, background.pid_file_in(folder), *wrapped]
+        return process_groups.wrapped(BackgroundJob.pid_file_in(folder), wrapped)
 
     def start_background(self, cell: Cell, repeat: int, target: Target, timeout: float) -> BackgroundJob:
         """Start the job on ``target`` (its own folder beside the cell's, which a cell's prepare clears)."""
@@ -212,14 +239,11 @@ class Launcher:
             raise TargetError(f"host {target.name}: cannot prepare the background job: {made.last_error_line()}")
         outcome = ProcessOutcome(Process("background", 0, target))
         argv = self._background_argv(cell, repeat, target, folder, timeout)
-        held = None
-        if target.container is None and target.layer == "bm":  # a container or a guest goes with its own run
-            record = background.sweep_record(target.ssh, target.python, folder)
-            held = claim(f"dlinfra-bg-{secrets.token_hex(6)}", background.KIND, **record)
+        self._register(target, BackgroundJob.pid_file_in(folder), folder)
         conn = self.pool.get(target, _BACKGROUND_SLOT)
         thread = threading.Thread(target=self._run_one, args=(conn, argv, outcome, threading.Barrier(1)), daemon=True)
         thread.start()
-        return BackgroundJob(target, folder, thread, outcome, held)
+        return BackgroundJob(target, folder, thread, outcome)
 
     def await_background(self, job: BackgroundJob, timeout: float, cancel: threading.Event) -> None:
         """Return once the job's work began (its ready file exists); TargetError if it ends or takes too long."""
@@ -230,7 +254,7 @@ class Launcher:
             if ended is not None:
                 raise TargetError(f"host {job.target.name}: the background job ended before its work began: {ended}")
             try:
-                if watch.run(["test", "-e", background.ready_file_in(job.folder)], timeout=30).ok:
+                if watch.run(["test", "-e", BackgroundJob.ready_file_in(job.folder)], timeout=30).ok:
                     return
             except LinkLost as exc:
                 raise TargetError(f"host {job.target.name}: cannot watch the background job: {exc.cause}") from None
@@ -241,16 +265,18 @@ class Launcher:
             time.sleep(0.5)
 
     def stop_background(self, job: BackgroundJob) -> None:
-        """Stop the job's process group and remove its folder; never raises (the host may be gone: then its
-        registry entry stays, for a sweep, and the job's own timeout ends it there)."""
+        """Stop the job's process group and remove its folder; never raises (the host may be gone: the job's
+        own timeout ends it there)."""
         job.outcome.killed = True
+        pid_file = BackgroundJob.pid_file_in(job.folder)
         try:
-            stopped = background.stop(self.pool.get(job.target, _BACKGROUND_SLOT + 1), job.target.python, job.folder)
+            watch = self.pool.get(job.target, _BACKGROUND_SLOT + 1)
+            process_groups.stop(watch, job.target.python, pid_file, job.folder)
             job.thread.join(timeout=20)
-        except Exception:  # noqa: BLE001 - the host may be gone
-            return
-        if job.claim is not None and stopped.ok:
-            job.claim.release()
+        except Exception:  # noqa: BLE001, S110 - the host may be gone
+            pass
+        finally:
+            self._unregister(pid_file)
 
     # -- one cell -----------------------------------------------------------
 
@@ -324,16 +350,9 @@ class Launcher:
             env = tf_config(processes, p)
             if env is not None:
                 inner = ["env", f"TF_CONFIG={json.dumps(env, sort_keys=True)}", *inner]
-            argv = [
-                "sh",
-                "-c",
-                background.PIDWRAP,
-                f"{run_dir}/{p.key}.pid",
-                "timeout",
-                "--kill-after=5",
-                f"{timeout:.0f}",
-                *inner,
-            ]
+            pid_file = f"{run_dir}/{p.key}.pid"
+            self._register(p.target, pid_file)
+            argv = process_groups.wrapped(pid_file, ["timeout", "--kill-after=5", f"{timeout:.0f}", *inner])
             th = threading.Thread(target=self._run_one, args=(conn, argv, outcome, barrier), daemon=True)
             threads.append(th)
             th.start()
@@ -362,6 +381,8 @@ class Launcher:
             self._kill(cell, repeat, outcomes, conns)
             for th in threads:
                 th.join(timeout=5)
+        for p in processes:
+            self._unregister(f"{self._run_dir(p, cell, repeat)}/{p.key}.pid")
         phases["run"] = time.monotonic() - t_run
         t_fetch = time.monotonic()
         self._fetch(cell, repeat, outcomes, conns)
@@ -449,7 +470,7 @@ class Launcher:
             p = outcome.process
             pidfile = f"{self._run_dir(p, cell, repeat)}/{p.key}.pid"
             try:
-                self.pool.get(*key).run([p.target.python, "-c", background.KILL, pidfile], timeout=15)
+                process_groups.stop(self.pool.get(*key), p.target.python, pidfile)
             except Exception:  # noqa: BLE001, S110 - the host may be gone; its processes die with it
                 pass
 

@@ -202,6 +202,15 @@ class RunClaim:
                 objects.append(entry)
                 _write(self._held.fd, self._held.data)
 
+    def remove(self, kind: str, key: str) -> None:
+        """Forget the entry of ``kind`` and ``key``: its object is gone (a process that ended)."""
+        with _GUARD:
+            objects: list[dict[str, Any]] = self._held.data.setdefault("objects", [])
+            kept = [o for o in objects if not (o.get("kind") == kind and o.get("key") == key)]
+            if len(kept) != len(objects) and not self.released:
+                objects[:] = kept
+                _write(self._held.fd, self._held.data)
+
     def release(self) -> None:
         """Call once the run's objects are gone: the last holder deletes the state file and drops the lock."""
         with _GUARD:

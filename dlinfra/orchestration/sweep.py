@@ -5,8 +5,8 @@ or a power cut skips. Every run claims its label in the run registry
 (:mod:`dlinfra.orchestration.runs_registry`) before it creates anything and
 records there where its objects go; a run whose lock is free is dead, and
 its objects are found from that record. First it stops the ``ansible-playbook`` processes a dead controller left
-(:mod:`.orphans`), then, per run, the background jobs of shared cells it left on bm hosts (over SSH,
-:mod:`.background`), then each provider sweeps its own objects. Objects of runs that left no record
+(:mod:`.orphans`), then, per run, the payload processes it left running on bm hosts (over SSH,
+:mod:`.process_groups`), then each provider sweeps its own objects. Objects of runs that left no record
 (runs from before the registry) are found by their labels: ``dlinfra.run`` on
 containers and networks of this machine's engines (its docker and podman, the
 testbed hosts' dockerds), ``dlinfra-r<8 hex>`` on libvirt guests, volumes and
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from dlinfra.errors import DlinfraError
-from dlinfra.orchestration import background
+from dlinfra.orchestration import process_groups
 from dlinfra.orchestration.orphans import orphaned_playbooks, stop_orphaned_playbooks
 from dlinfra.orchestration.runs_registry import check_label, dead_runs, is_live, is_valid_label, take_over
 from dlinfra.orchestration.sweep_report import SweepReport
@@ -118,7 +118,7 @@ def _sweep_run(label: str, discovered: list[dict[str, Any]], report: SweepReport
             return
         objects = info.objects + [o for o in discovered if o not in info.objects]
         before = (sum(len(v) for v in report.removed.values()), len(report.errors))
-        _stop_background_jobs(label, [o for o in objects if o.get("kind") == background.KIND], report)
+        _stop_process_groups(label, [o for o in objects if o.get("kind") == process_groups.KIND], report)
         for cls in _sweepers():
             try:
                 cls.sweep(label, objects, report)
@@ -132,32 +132,33 @@ def _sweep_run(label: str, discovered: list[dict[str, Any]], report: SweepReport
             report.runs.append(label)
 
 
-def _stop_background_jobs(label: str, jobs: list[dict[str, Any]], report: SweepReport) -> None:
-    """Stop the background jobs a dead controller left on bm hosts, over SSH (host keys checked)."""
-    for job in jobs:
+def _stop_process_groups(label: str, groups: list[dict[str, Any]], report: SweepReport) -> None:
+    """Stop the payload processes (a cell's, a background job's) a dead controller left on bm hosts, over SSH
+    (host keys checked), and remove a background job's folder."""
+    for group in groups:
         try:
-            endpoint = SshEndpoint(**job["ssh"])
-            python, folder = str(job["python"]), str(job["folder"])
+            endpoint = SshEndpoint(**group["ssh"])
+            python, pid_file, folder = str(group["python"]), str(group["pid_file"]), group.get("folder")
         except (KeyError, TypeError) as exc:
-            report.error(f"run {label}: a background job entry it cannot read ({exc})")
+            report.error(f"run {label}: a process entry it cannot read ({exc})")
             continue
-        what = f"{endpoint.where}: {folder}"
+        what = f"{endpoint.where}: {pid_file}"
         if report.dry_run:
-            report.add("background jobs", what)
+            report.add("processes", what)
             continue
         try:
             link = SshTransport(endpoint)
             try:
-                stopped = background.stop(link, python, folder)
+                stopped = process_groups.stop(link, python, pid_file, folder)
             finally:
                 link.close()
         except Exception as exc:  # noqa: BLE001 - an unreachable host is reported; a later sweep tries again
-            report.error(f"run {label}: background job on {what}: {exc}")
+            report.error(f"run {label}: process group on {what}: {exc}")
             continue
         if stopped.ok:
-            report.add("background jobs", what)
+            report.add("processes", what)
         else:
-            report.error(f"run {label}: background job on {what}: {stopped.last_error_line()}")
+            report.error(f"run {label}: process group on {what}: {stopped.last_error_line()}")
 
 
 # ---------------------------------------------------------------- discovery

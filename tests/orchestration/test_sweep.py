@@ -274,9 +274,10 @@ def _processes_with(*words: str) -> dict[int, str]:
     return found
 
 
-def test_sigkill_during_a_shared_bm_cell_then_sweep_stops_its_background_job(testbed_one, tmp_path: Path) -> None:
-    """The controller dies while a shared cell runs on a bm host: the background job, started there over SSH,
-    outlives it (until its own timeout, twice the cell's); ``dlinfra sweep`` stops it and removes its folder."""
+def test_sigkill_during_a_shared_bm_cell_then_sweep_stops_its_processes(testbed_one, tmp_path: Path) -> None:
+    """The controller dies while a shared cell runs on a bm host: the cell's process and its background job,
+    started there over SSH, outlive it (until their own timeouts: the cell's, and twice that for the job);
+    ``dlinfra sweep`` stops both and removes the job's folder."""
     from dlinfra.orchestration.runs_registry import is_live, runs_dir
 
     need_binary("sysbench")
@@ -292,28 +293,30 @@ def test_sigkill_during_a_shared_bm_cell_then_sweep_stops_its_background_job(tes
     proc = _controller([*argv, "--artifacts", str(tmp_path / "art")], log)
     runs = str(Path(host.home) / "runs")
 
-    def both_running() -> bool:  # the job (its sysbench) and the measured cell next to it
-        return bool(_processes_with("sysbench", "cpu", runs)) and bool(_processes_with("--workload mnist-dnn", runs))
+    def both_running() -> bool:  # the job and the measured cell next to it
+        return bool(_processes_with("--workload sysbench-cpu", runs)) and bool(_processes_with("mnist-dnn", runs))
 
     _wait_for("a shared cell running next to its background job", both_running, proc, log, timeout=600)
     _kill_session(proc)
     try:
         time.sleep(1)
-        job = _processes_with("--workload sysbench-cpu", ".background", runs)
-        assert job, "the background job died with its controller: nothing to test"
-        entries = [json.loads(p.read_text()) for p in runs_dir().glob("dlinfra-bg-*.json")]
-        mine = [e for e in entries if any(o.get("folder", "").startswith(runs) for o in e.get("objects", []))]
+        assert _processes_with("--workload sysbench-cpu", ".background", runs), "the job died with its controller"
+        assert _processes_with("--workload mnist-dnn", runs), "the cell died with its controller: nothing to test"
+        entries = [json.loads(p.read_text()) for p in runs_dir().glob("dlinfra-launch-*.json")]
+        mine = [e for e in entries if any(o.get("pid_file", "").startswith(runs) for o in e.get("objects", []))]
         assert len(mine) == 1 and not is_live(mine[0]["label"]), entries
-        folder = Path(mine[0]["objects"][0]["folder"])
+        groups = [o for o in mine[0]["objects"] if o["kind"] == "process-group"]
+        assert len(groups) == 2, groups  # the cell's one process and the job
+        (folder,) = [Path(o["folder"]) for o in groups if "folder" in o]
         assert folder.is_dir()
 
         swept = run_cli("sweep", timeout=300)
         assert swept.returncode == 0, swept.stdout + swept.stderr
-        assert "background jobs" in swept.stdout, swept.stdout
+        assert "processes" in swept.stdout, swept.stdout
         time.sleep(0.5)
-        assert not _processes_with(".background", runs), "the background job outlived the sweep"
+        assert not _processes_with("dlinfra.payload", runs), "a payload process outlived the sweep"
         assert not folder.exists() and not (runs_dir() / f"{mine[0]['label']}.json").exists()
-    finally:  # the measured cell's own process ends at its cell timeout: not this test's subject, not left running
+    finally:  # whatever failed above, nothing of this test goes on loading the machine
         for pid in _processes_with("dlinfra.payload", runs):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
