@@ -231,6 +231,10 @@ def _bring_up_order(spec: CampaignSpec) -> list[str]:
     return sorted(spec.layers, key=lambda layer: layer in stacked)
 
 
+#: How long a cancelled bring-up waits for the layers still coming up to stop before taking down the rest.
+CANCEL_WAIT_S = 60.0
+
+
 def bring_up(
     spec: CampaignSpec,
     hosts: list[InventoryHost],
@@ -331,10 +335,6 @@ def bring_up(
     up.targets = {layer: up.targets[layer] for layer in order if layer in up.targets}
     up.placeholders = {layer: up.placeholders[layer] for layer in order if layer in up.placeholders}
     return up
-
-
-#: How long a cancelled bring-up waits for the layers still coming up to stop before taking down the rest.
-CANCEL_WAIT_S = 60.0
 
 
 def planned_cells(checked: RunInput) -> list[Cell]:
