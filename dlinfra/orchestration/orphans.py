@@ -2,8 +2,8 @@
 
 Why: ansible-runner starts ``ansible-playbook`` in a session of its own, so a SIGKILLed or OOM-killed
 controller leaves it running; it could go on creating containers or guests after ``dlinfra sweep``
-removed the run's objects. :func:`run_playbook` puts ``DLINFRA_CONTROLLER=<pid>:<start time>:<run token>`` in every
-playbook's environment; a process whose command is ``ansible-playbook`` and whose mark names a controller
+removed the run's objects. :func:`run_playbook` puts ``DLINFRA_CONTROLLER=<pid>:<start time>:<run token>`` in
+every playbook's environment; a process whose command is ``ansible-playbook`` and whose mark names a controller
 that no longer exists (that pid gone, or reused by a process started at another time) is an orphan.
 The mark also names the playbook run, because ansible-playbook's workers take sessions of their own: when
 ansible-runner cancels a playbook it kills the main process's group only, and the worker of the running
