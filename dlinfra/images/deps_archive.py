@@ -18,7 +18,9 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,3 +108,23 @@ def build_deps_archive(wh: Wheelhouse) -> DepsArchive | None:
         fits=interpreter_tag(),
         site_packages=f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages",
     )
+
+
+def install_own_wheel(self_tar: Path, site: Path) -> None:
+    """Unpack dlinfra's wheel from ``self_tar`` (the wheel and its ``dlinfra.lock``) into the venv folder ``site``,
+    once its sha256 is the one the lock pins; the dlinfra already there goes first.
+
+    For an image built on the controller (the guest image); on a target, roles/payload's module does the same
+    (it runs where dlinfra is not installed, so it carries its own copy of these few lines).
+    """
+    with tempfile.TemporaryDirectory(prefix="dlinfra-wheel-") as tmp, tarfile.open(self_tar) as tar:
+        members = [m for m in tar.getmembers() if m.isfile() and "/" not in m.name and not m.name.startswith(".")]
+        tar.extractall(tmp, members=members, filter="data")
+        wheels = sorted(Path(tmp).glob("dlinfra-*.whl"))
+        lock = (Path(tmp) / "dlinfra.lock").read_text() if (Path(tmp) / "dlinfra.lock").is_file() else ""
+        if len(wheels) != 1 or f"sha256:{sha256_of(wheels[0])}" not in lock:
+            raise DlinfraError(f"{self_tar}: dlinfra's wheel is missing or not the one its dlinfra.lock pins")
+        for old in [*site.glob("dlinfra"), *site.glob("dlinfra-*.dist-info")]:
+            shutil.rmtree(old)
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            wheel.extractall(site)  # noqa: S202 (its sha256 is the one the lock pins)

@@ -99,6 +99,24 @@ def test_ssh_with_checked_host_key_runs_python(vm) -> None:
     assert flags.stdout.strip() == "avx2", "the emulated CPU must offer AVX2 for the TensorFlow wheel"
 
 
+def test_the_baked_payload_unpacked_the_controllers_dependencies(vm) -> None:
+    """The image holds the payload as the role's archive path installs it: the dependencies unpacked from the
+    controller's archive into the payload's store (no pip ran, none in the venv), the same payload hash."""
+    _provider, target, wheelhouse = vm
+    if wheelhouse is None:
+        pytest.skip("no wheelhouse here: the image was built without the payload")
+    from dlinfra.images.deps_archive import build_deps_archive
+
+    archive = build_deps_archive(wheelhouse)
+    assert archive is not None, "zstd is installed by scripts/install-deps.sh"
+    where = guest_run(target, [target.python, "-c", "import psutil; print(psutil.__file__)"])
+    assert where.returncode == 0, where.stderr
+    assert f"/.dlinfra/deps/{archive.sha256}/psutil/" in where.stdout
+    assert guest_run(target, ["test", "-e", f"{target.home}/venv/bin/pip"]).returncode != 0, "no pip in the venv"
+    identity = guest_run(target, [target.python, "-m", "dlinfra.payload", "identity"])
+    assert json.loads(identity.stdout.strip().splitlines()[-1])["payload_hash"] == wheelhouse.payload_hash
+
+
 def test_wrong_host_key_is_refused(vm, tmp_path: Path) -> None:
     import dataclasses
 

@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING
 
 from dlinfra.cache import building, cache_dir, keep_recent
 from dlinfra.errors import DlinfraError
+from dlinfra.images.deps_archive import PROBE, DepsArchive, build_deps_archive, install_own_wheel
 from dlinfra.images.rootfs import RootfsSpec, build_rootfs
 from dlinfra.orchestration.progress import note
 
 if TYPE_CHECKING:
     from dlinfra.images.wheelhouse import Wheelhouse
 
-IMAGE_FORMAT_VERSION = 5  # bump when the customisation below changes: a new cache entry is built
+IMAGE_FORMAT_VERSION = 6  # bump when the customisation below changes: a new cache entry is built
 GUEST_PACKAGES = (
     "apparmor",  # the guest kernel enables AppArmor: dockerd then needs apparmor_parser for docker-default
     "ca-certificates",
@@ -194,9 +195,39 @@ def _customise(root: Path) -> None:
 
 
 def _bake_payload(root: Path, wheelhouse: Wheelhouse, user: str) -> None:
-    """Install ``wheelhouse`` for ``user`` in the rootfs the way roles/payload does on a target."""
+    """Install ``wheelhouse`` for ``user`` in the rootfs the way roles/payload does on a target: from the
+    controller's dependencies archive where it fits the guest's interpreter (an unpack, no pip), else with pip."""
     _run(["chroot", str(root), "useradd", "--create-home", "--uid", "1000", "--shell", "/bin/bash", user], "useradd")
     home = f"/home/{user}/{PAYLOAD_HOME}"
+    inside = root / home.lstrip("/")
+    archive = build_deps_archive(wheelhouse)
+    probe = subprocess.run(["chroot", str(root), "python3", "-c", PROBE], capture_output=True, text=True, check=False)
+    # The guest's zstd does not matter: the archive is unpacked here, on the controller.
+    if archive is not None and probe.stdout.split()[:1] == archive.fits.split()[:1]:
+        _unpack_payload(root, home, archive, wheelhouse)
+    else:
+        _pip_payload(root, home, wheelhouse)
+    (inside / "installed.lock.sha256").write_text(wheelhouse.lock_hash + "\n")
+    (inside / "installed.deps.sha256").write_text(wheelhouse.deps_hash + "\n")
+    _run(["chroot", str(root), "chown", "-R", f"{user}:{user}", f"/home/{user}"], "chown of the payload")
+
+
+def _unpack_payload(root: Path, home: str, archive: DepsArchive, wheelhouse: Wheelhouse) -> None:
+    """The role's archive path, done on the rootfs: the dependencies unpacked into the payload's default store
+    (``HOME/deps/SHA256``, as roles/payload lays it out), a venv without pip that reaches them through a .pth
+    file, and dlinfra's wheel, checked against its lock, unpacked into the venv."""
+    store = f"{home}/deps/{archive.sha256}"
+    (root / store.lstrip("/")).mkdir(parents=True)
+    _run(["tar", "--zstd", "-xf", str(archive.path), "-C", str(root / store.lstrip("/"))], "unpacking the dependencies")
+    (root / store.lstrip("/") / ".complete").write_text(archive.sha256 + "\n")
+    _run(["chroot", str(root), "python3", "-m", "venv", "--without-pip", f"{home}/venv"], "creating the payload venv")
+    site = root / f"{home}/venv/{archive.site_packages}".lstrip("/")
+    (site / "dlinfra-deps.pth").write_text(f"import site; site.addsitedir({store!r})\n")
+    install_own_wheel(wheelhouse.self_tarball, site)
+
+
+def _pip_payload(root: Path, home: str, wheelhouse: Wheelhouse) -> None:
+    """The role's wheelhouse path, done on the rootfs: a venv, pip from the wheelhouse, offline, hashes checked."""
     inside = root / home.lstrip("/")
     (inside / "wheelhouse").mkdir(parents=True)
     shutil.copyfile(wheelhouse.tarball, inside / "wheelhouse.tar")
@@ -214,12 +245,9 @@ def _bake_payload(root: Path, wheelhouse: Wheelhouse, user: str) -> None:
          "--no-deps", "--force-reinstall", "-r", f"{home}/wheelhouse/dlinfra.lock"],
         "installing dlinfra itself",
     )  # fmt: skip
-    (inside / "installed.lock.sha256").write_text(wheelhouse.lock_hash + "\n")
-    (inside / "installed.deps.sha256").write_text(wheelhouse.deps_hash + "\n")
     # The role skips copying and unpacking when the marker matches: the 2x320 MB would only bloat the image.
     (inside / "wheelhouse.tar").unlink()
     shutil.rmtree(inside / "wheelhouse")
-    _run(["chroot", str(root), "chown", "-R", f"{user}:{user}", f"/home/{user}"], "chown of the payload")
 
 
 def _preload_docker_image(root: Path, tarball: Path) -> None:
