@@ -169,6 +169,10 @@ class Launcher:
     def _run_dir(self, p: Process, cell: Cell, repeat: int) -> str:
         return f"{p.target.runs_dir}/{self.campaign_id}/{cell.hash}-r{repeat}"
 
+    def _pid_file(self, p: Process, cell: Cell, repeat: int) -> str:
+        """Where the process's group leader writes its pid (how it is stopped, by us or by a sweep)."""
+        return f"{self._run_dir(p, cell, repeat)}/{p.key}.pid"
+
     def _argv(self, cell: Cell, repeat: int, p: Process, run_dir: str, control_port: int | None) -> list[str]:
         c = cell.config
         context = {
@@ -350,7 +354,7 @@ class Launcher:
             env = tf_config(processes, p)
             if env is not None:
                 inner = ["env", f"TF_CONFIG={json.dumps(env, sort_keys=True)}", *inner]
-            pid_file = f"{run_dir}/{p.key}.pid"
+            pid_file = self._pid_file(p, cell, repeat)
             self._register(p.target, pid_file)
             argv = process_groups.wrapped(pid_file, ["timeout", "--kill-after=5", f"{timeout:.0f}", *inner])
             th = threading.Thread(target=self._run_one, args=(conn, argv, outcome, barrier), daemon=True)
@@ -382,7 +386,7 @@ class Launcher:
             for th in threads:
                 th.join(timeout=5)
         for p in processes:
-            self._unregister(f"{self._run_dir(p, cell, repeat)}/{p.key}.pid")
+            self._unregister(self._pid_file(p, cell, repeat))
         phases["run"] = time.monotonic() - t_run
         t_fetch = time.monotonic()
         self._fetch(cell, repeat, outcomes, conns)
@@ -468,9 +472,8 @@ class Launcher:
         def kill_one(outcome: ProcessOutcome, key: tuple[Target, int]) -> None:
             outcome.killed = True
             p = outcome.process
-            pidfile = f"{self._run_dir(p, cell, repeat)}/{p.key}.pid"
             try:
-                process_groups.stop(self.pool.get(*key), p.target.python, pidfile)
+                process_groups.stop(self.pool.get(*key), p.target.python, self._pid_file(p, cell, repeat))
             except Exception:  # noqa: BLE001, S110 - the host may be gone; its processes die with it
                 pass
 
