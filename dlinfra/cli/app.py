@@ -8,9 +8,11 @@ dependencies (TensorFlow, pandas, ansible-runner) inside the command body, so
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 import click
 
@@ -89,9 +91,24 @@ def _traceback() -> None:
     click.echo(secrets.redact(traceback.format_exc()), err=True, nl=False)
 
 
+def _tools_beside_interpreter() -> None:
+    """Put the interpreter's own bin folder first on PATH.
+
+    Why: dlinfra runs ansible-playbook, ansible-inventory and ansible-galaxy as commands, and they are
+    installed beside dlinfra itself. Called as ``.venv/bin/dlinfra`` without the venv activated, they were
+    not on PATH and every run stopped at "ansible-inventory is not installed". (Not resolved: a venv's
+    python is a link to the system's.)
+    """
+    here = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if here not in path.split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join([here, path]) if path else here
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: every failure a user can fix is one line on stderr and a non-zero exit."""
     args = sys.argv[1:] if argv is None else argv
+    _tools_beside_interpreter()
     debug = "--debug" in args
     # Before anything runs: the secrets of the environment and of the command line (--db URL) are known,
     # so no artifact, stored row or message can carry them.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +44,17 @@ def test_every_command_has_help_with_examples(command: str) -> None:
     assert result.returncode == 0, result.stderr
     assert "Examples:" in result.stdout
     assert f"dlinfra {command}" in result.stdout
+
+
+def test_the_venv_entry_point_finds_ansible_without_an_activated_venv() -> None:
+    """``.venv/bin/dlinfra`` called with a bare PATH (no venv activated) runs Ansible's tools beside it."""
+    bare = os.pathsep.join(p for p in ("/usr/local/bin", "/usr/bin", "/bin") if Path(p).is_dir())
+    result = run_cli(
+        "run", "campaigns/bm-vs-ctr.yml", "--dry-run", "--inventory", "inventory/cluster.example.yml",
+        env={"PATH": bare},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "2 cell(s)" in result.stdout and "nothing was built, provisioned or stored" in result.stdout
 
 
 def test_unknown_subcommand_is_one_line() -> None:
