@@ -151,6 +151,15 @@ def _node_peak(
     return (float(peaks.median()), f"{len(peaks)} {fig['role']} node series, peak over time", "")
 
 
+def _why_no_counterpart(fig: dict[str, Any]) -> str:
+    """The reason the figures file gives for a figure no run of the seed's file (or of its local run) makes."""
+    if fig.get("cannot"):
+        return f"no counterpart: {fig['cannot']}"
+    if fig.get("not_local"):
+        return f"not on the local testbed: {fig['not_local']}"
+    return ""
+
+
 def _verdict(fig: dict[str, Any], overhead: pd.DataFrame) -> tuple[float, str, str, str, str]:
     """(median overhead %, campaign verdict, agrees, what it came from, note) for a verdict figure, from the
     report's overhead view: each matching config's bootstrap-CI verdict of the figure's layer."""
@@ -275,6 +284,8 @@ def compare(
         else:
             value, source, note = campaign_value(fig, views, runs, baseline)
             found = not math.isnan(value)
+        if not found:  # why the dash, where the figures file knows: said once, in place of what was searched
+            note = _why_no_counterpart(fig) or note
         if fig.get("approximate"):
             note = "; ".join(n for n in ("approximate: stated in the seed's text", note) if n)
         matched += found

@@ -48,6 +48,7 @@ def test_seed_000_beside_a_campaign(campaign, store):
     assert math.isclose(table.loc["000:fig10-over-fig8-mx01", "campaign_value"], 10.0 / 40.0)
     assert table.loc["000:fig4-fileio", "matched"] == "no matching runs"
     assert math.isnan(table.loc["000:fig4-fileio", "campaign_value"])
+    assert table.loc["000:fig4-fileio", "note"] == ""  # the local run makes it: this dash is the campaign's
     assert any("hardware" in n and "E5-2650" in n for n in report.notes)
     assert any(n.startswith("this campaign:") for n in report.notes)
 
@@ -68,6 +69,13 @@ def test_seed_004_sync_async_and_system(campaign, store):
     assert math.isclose(table.loc["004:t3-async-cluster-rx", "campaign_value"], 2.0)
     assert "3 ps node series" in table.loc["004:t3-async-cluster-mem", "matched"]
     assert table.loc["004:t6-single-64-cpu", "matched"] == "no matching runs"
+    # A dash says why, where the figures file knows: no run can make it, or not the local one.
+    c = campaign("s004-allreduce")
+    c.add("bm", [300.0] * 3, workload="logreg", metric="elapsed", mode="sync", workers=2)
+    table = build_report(store, "s004-allreduce", metric="elapsed", compare_seed="004").views["seed"]
+    mem = table.set_index("figure").loc["004:t4-sync-cluster-mem"]
+    assert math.isnan(mem["campaign_value"]) and mem["matched"] == "no matching runs"
+    assert mem["note"].startswith("no counterpart: dlinfra's sync is MultiWorkerMirroredStrategy")
 
 
 def test_seed_001_verdicts_beside_the_campaigns(campaign, store):
@@ -112,6 +120,7 @@ def test_seed_001_from_the_cli_shows_dashes_and_verdicts(campaign, store, db_pat
     assert "| slower | " in gru and "| yes |" in gru
     bandwidth = next(line for line in lines if "fig10-bandwidth" in line)
     assert "| slower | - | - | - |" in bandwidth and "no matching runs" in bandwidth
+    assert "no counterpart: the host-device bandwidth test is a GPU measurement" in bandwidth  # the dash's reason
 
 
 def test_series_per_node_and_second(campaign, store, db_path):
