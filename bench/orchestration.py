@@ -15,6 +15,7 @@ hosts under 10 s, per-cell overhead <= 0.5 s single and <= 1 s distributed, and 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -48,6 +49,9 @@ def bench_deploy(n: int, artifacts: Path) -> tuple[float, float, float]:
         up_s = time.monotonic() - t0
         targets = _targets(state)
         wh = build_wheelhouse()
+        # Each count starts with the disk's write-back done: the previous count's unpacked store (~1 GB) and
+        # its removal were still being flushed, which made the later (larger) counts pay for the earlier ones.
+        os.sync()
         t0 = time.monotonic()
         # As a campaign deploys for cells that run no sysbench (the cells below): no sysbench check per host.
         deploy(targets, artifacts_dir=artifacts / f"deploy-{n}", wheelhouse=wh, quiet=True, sysbench=False)
