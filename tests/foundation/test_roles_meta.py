@@ -14,6 +14,9 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from support import REPO
 
+from dlinfra.orchestration.deploy import DEPS_STORE_TASKS
+from dlinfra.providers.containers.playbook import IMAGE_LOAD_TASKS
+
 ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "tasks" / "main.yml").is_file())
 SPEC_KEYS = {"type", "elements", "default", "choices", "required", "options", "no_log", "aliases"}
 
@@ -88,3 +91,23 @@ def test_readme_documents_every_variable(role: str) -> None:
     wanted = set(_defaults(role)) | set(_options(role))
     assert not sorted(wanted - rows), f"{role}: README.md has no table row for {sorted(wanted - rows)}"
     assert "ansible-playbook -i" in text, f"{role}: README.md does not show how to run it by hand"
+
+
+def _task_names(role: str) -> set[str]:
+    names: set[str] = set()
+
+    def walk(tasks: list) -> None:
+        for task in tasks or []:
+            names.add(task.get("name", ""))
+            walk(task.get("block", []))
+
+    for path in (REPO / "roles" / role / "tasks").glob("*.yml"):
+        walk(yaml.safe_load(path.read_text()))
+    return names
+
+
+def test_the_cache_filling_tasks_dlinfra_times_as_builds_exist() -> None:
+    """dlinfra leaves a host's cache fills (the payload image load, the dependencies store's unpack) out of a
+    campaign's efficiency by task name: a renamed task would silently count again."""
+    assert set(DEPS_STORE_TASKS) <= _task_names("payload")
+    assert set(IMAGE_LOAD_TASKS) <= _task_names("payload_image")
