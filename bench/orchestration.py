@@ -50,8 +50,8 @@ def bench_deploy(n: int, artifacts: Path) -> tuple[float, float, float]:
         up_s = time.monotonic() - t0
         targets = _targets(state)
         wh = build_wheelhouse()
-        # Each count starts with the disk's write-back done: the previous count's unpacked store (~1 GB) and
-        # its removal were still being flushed, which made the later (larger) counts pay for the earlier ones.
+        # Each deploy starts with the disk's write-back done, so less of the previous deploy's writes (an
+        # unpacked store of ~1 GB, and its removal) is left to slow this one down; see the mirrored order below.
         os.sync()
         t0 = time.monotonic()
         # As a campaign deploys for cells that run no sysbench (the cells below): no sysbench check per host.
