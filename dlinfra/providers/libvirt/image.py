@@ -216,10 +216,11 @@ def _unpack_payload(root: Path, home: str, archive: DepsArchive, wheelhouse: Whe
     """The role's archive path, done on the rootfs: the dependencies unpacked into the payload's default store
     (``HOME/deps/SHA256``, as roles/payload lays it out), a venv without pip that reaches them through a .pth
     file, and dlinfra's wheel, checked against its lock, unpacked into the venv."""
-    store = f"{home}/deps/{archive.sha256}"
-    (root / store.lstrip("/")).mkdir(parents=True)
-    _run(["tar", "--zstd", "-xf", str(archive.path), "-C", str(root / store.lstrip("/"))], "unpacking the dependencies")
-    (root / store.lstrip("/") / ".complete").write_text(archive.sha256 + "\n")
+    store = f"{home}/deps/{archive.sha256}"  # as the guest sees it; unpacked where the controller sees it
+    unpacked = root / store.lstrip("/")
+    unpacked.mkdir(parents=True)
+    _run(["tar", "--zstd", "-xf", str(archive.path), "-C", str(unpacked)], "unpacking the dependencies")
+    (unpacked / ".complete").write_text(archive.sha256 + "\n")
     _run(["chroot", str(root), "python3", "-m", "venv", "--without-pip", f"{home}/venv"], "creating the payload venv")
     site = root / f"{home}/venv/{archive.site_packages}".lstrip("/")
     (site / "dlinfra-deps.pth").write_text(f"import site; site.addsitedir({store!r})\n")
