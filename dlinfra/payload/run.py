@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import Any
 
-from dlinfra.payload import affinity, cluster, data
+from dlinfra.payload import affinity, cluster, data, scratch
 from dlinfra.payload.errors import PayloadError, PeerLost
 from dlinfra.payload.measure import SystemSampler, process_start
 from dlinfra.payload.record_builder import Context, RecordSink, build
@@ -125,8 +125,7 @@ class Run:
         try:
             self.write(reason)
         finally:
-            sys.stderr.flush()
-            os._exit(code)
+            scratch.leave(code)
 
 
 def _setup_logging(role: str, index: int) -> None:
@@ -212,6 +211,5 @@ def _leave(run: Run, code: int) -> int:
     """Distributed processes leave at once (gRPC threads can keep a process alive); single ones when
     ``python -m dlinfra.payload`` returns (its __main__), so that callers in-process (tests) go on."""
     if run.cluster is not None:
-        sys.stderr.flush()
-        os._exit(code)
+        scratch.leave(code)
     return code

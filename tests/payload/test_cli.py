@@ -168,6 +168,18 @@ def test_record_goes_to_stdout_as_one_line_with_local_defaults(run_payload) -> N
 
 
 @pytest.mark.slow
+def test_a_run_leaves_nothing_in_the_temporary_directory(run_payload, tmp_path: Path) -> None:
+    """TF's autograph writes generated sources there and removes them at exit, which os._exit skips."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    done = run_payload(
+        "run", "--workload", "mnist-dnn", "--steps", "3", "--warmup-steps", "1", env={"TMPDIR": str(tmp)}
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in tmp.rglob("*")) == []
+
+
+@pytest.mark.slow
 def test_cpus_pins_the_process_and_context_json_is_carried(run_payload, tmp_path: Path) -> None:
     context = {
         "campaign_id": "c1",

@@ -1,0 +1,38 @@
+"""The payload process's own temporary directory, removed on the way out.
+
+TensorFlow's autograph writes one generated source file per converted function into the temporary
+directory and removes them in an ``atexit`` hook. The payload leaves through ``os._exit`` (see
+:mod:`dlinfra.payload.__main__`), which skips those hooks, so every run left its files behind: 2,454 of
+them in ``/tmp`` of one test machine after a day. Each process now writes into one directory named for the
+payload, which :func:`leave` removes before it exits.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from typing import NoReturn
+
+PREFIX = "dlinfra-payload-"
+
+
+def enter() -> None:
+    """Make a fresh directory the default for ``tempfile`` and for the children's ``TMPDIR``."""
+    try:
+        path = tempfile.mkdtemp(prefix=PREFIX)
+    except OSError:  # no writable temporary directory: TF's own writes will say so, not this
+        return
+    tempfile.tempdir = path
+    os.environ["TMPDIR"] = path
+
+
+def leave(code: int) -> NoReturn:
+    """Flush, remove this process's directory (only one :func:`enter` made), and exit at once."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    path = tempfile.tempdir
+    if path and os.path.basename(path).startswith(PREFIX):
+        shutil.rmtree(path, ignore_errors=True)
+    os._exit(code)
