@@ -1,7 +1,7 @@
 """``dlinfra run``: a campaign from spec to stored results.
 
-spec -> inventory -> providers.up -> deploy (same payload hash everywhere) ->
-cells -> launch each cell x repeat -> store it in one transaction -> down.
+spec -> inventory -> providers.up, each layer deployed as soon as it is up (same payload hash everywhere)
+-> cells -> launch each cell x repeat -> store it in one transaction -> down.
 
 Why each cell is stored on its own: a campaign can run for hours, and a
 Ctrl-C, a dead host or a crashed controller must lose nothing already
@@ -16,7 +16,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -242,15 +242,17 @@ def bring_up(
     artifacts: Path,
     wheelhouse: Wheelhouse | None = None,
     skip: dict[str, list[Target]] | None = None,
+    on_up: Callable[[str, list[Target]], None] | None = None,
 ) -> BroughtUp:
     """Every layer's targets, from the inventory hosts that carry it; a layer that fails is recorded, not fatal.
 
     Layers come up side by side, each on a thread of its own: bring-up waits on daemons, image loads and
-    guests booting, so a campaign's takes as long as its slowest layer, not the sum of them. A stacked layer
-    starts once the layer it runs on is up, on the same targets when the campaign measures both; when that
-    layer failed, so does the stacked one. Layers in ``skip`` (nothing left to run) keep the stand-ins given
-    there. A bad spec (SpecError) or Ctrl-C cancels the layers still coming up (their playbooks and waits
-    stop), takes down what is up and stops the campaign.
+    guests booting, so a campaign's takes as long as its slowest layer, not the sum of them. ``on_up(layer,
+    targets)`` runs on that thread once the layer is up (the campaign deploys it there: see
+    :class:`LayerDeploys`). A stacked layer starts once the layer it runs on is up, and ``on_up`` done, on the
+    same targets when the campaign measures both; when that layer failed, so does the stacked one. Layers in
+    ``skip`` (nothing left to run) keep the stand-ins given there. A bad spec (SpecError) or Ctrl-C cancels the
+    layers still coming up (their playbooks and waits stop), takes down what is up and stops the campaign.
     """
     up = BroughtUp()
     stacked = _stacked_on(spec)
@@ -309,6 +311,9 @@ def bring_up(
             host = next((h for h in carrying if h.name == t.physical_host), None)
             t.groups = t.groups or (list(host.groups) if host else [])
         up.targets[layer] = targets
+        if on_up is not None:
+            with cancellable(stop):
+                on_up(layer, targets)
 
     order = _bring_up_order(spec)
     pool = ThreadPoolExecutor(max_workers=len(order), thread_name_prefix="dlinfra-up")
@@ -391,15 +396,17 @@ def run_campaign(
     record_campaign(store, cid, spec)  # now: a controller killed during bring-up leaves one to resume
     say(f"campaign [bold]{cid}[/bold]: layers {', '.join(spec.layers)}; inventory {inventory_path}")
     artifacts = (Path(artifacts) if artifacts else Path("artifacts") / cid).resolve()  # playbooks run elsewhere
-    skip = _layers_done(spec, hosts, inventory_path, store.done_cells(cid)) if resume else {}
+    done = store.done_cells(cid) if resume else set()
+    skip = _layers_done(spec, hosts, inventory_path, done) if resume else {}
     sweep_dead_runs(current_console())  # what crashed runs left (a --resume's own crash too) goes first
     started = time.monotonic()
     with phase("wheelhouse"):
         wheelhouse = build_wheelhouse()  # once: the images and every target get these very bytes
     built = build_datasets(spec)
-    up = bring_up(spec, hosts, inventory_path, artifacts, wheelhouse, skip)
-    try:  # whatever happens next (a deploy failure, Ctrl-C, a bad cell), what bring_up made is removed
-        result = _measure(spec, store, cid, artifacts, up, wheelhouse, resume, skip_deploy, built)
+    deploys = LayerDeploys(spec, done, wheelhouse, artifacts, skip_deploy, built)
+    up = bring_up(spec, hosts, inventory_path, artifacts, wheelhouse, skip, on_up=deploys)
+    try:  # whatever happens next (Ctrl-C, a bad cell), what bring_up made is removed
+        result = _measure(spec, store, cid, artifacts, up, deploys, done)
     finally:
         up.down()
     result.wall_s, result.build_s = time.monotonic() - started, build_seconds(started)
@@ -427,58 +434,87 @@ def record_campaign(store: ResultsStore, cid: str, spec: CampaignSpec) -> None:
         spec.order_seed = int(store.campaign_spec(cid).get("order_seed", spec.order_seed))
 
 
-def _deploy_layers(
-    targets_by_layer: dict[str, list[Target]],
-    wheelhouse: Wheelhouse,
-    artifacts: Path,
-    skip_deploy: bool,
-    wanted: dict[str, list[datasets.BuiltDataset]] | None = None,
-    sysbench: Collection[str] = (),
-) -> tuple[list[LayerFailure], float, int, int]:
-    """Deploy (or with ``skip_deploy`` only verify) layer by layer, then ship (verify) the data sets its cells
-    read (``wanted``: target name -> data sets); a layer that fails is returned, not raised. The layers in
-    ``sysbench`` have cells that run it: their hosts are checked for it.
+class LayerDeploys:
+    """Deploys the payload to a layer (or with ``skip_deploy`` only verifies it) and ships the data sets its
+    cells read, as soon as the layer is up: :func:`bring_up` calls it on the layer's own thread.
 
-    Returns the failed layers, the seconds spent, the tasks Ansible changed deploying and shipping data.
+    Why then: the other layers are still coming up (an image load, a guest boot), so the deploy costs the
+    campaign no wall time of its own; one after the other, the bare-metal deploy of ``campaigns/bm-vs-ctr.yml``
+    waited 39 s on a fresh testbed for the containers' bring-up (mostly the image's load into the testbed's
+    dockerd). A layer's cells (and so the targets they
+    use, the data sets they read, whether they run sysbench) depend on no other layer's targets. One deploy
+    runs at a time: two would split the controller's cores, and the layers of a host share its folders.
+    A layer that fails is recorded in ``failures`` (its cells are stored as failed), never raised.
     """
-    failures: list[LayerFailure] = []
-    started, changed, data_changed = time.monotonic(), 0, 0
-    wanted = wanted or {}
-    for layer, targets in targets_by_layer.items():
-        if not targets:
-            continue
-        try:
-            with phase(f"{layer}: deploy the payload", f"to {len(targets)} target(s)"):
-                if skip_deploy:
-                    verify_identities(targets, wheelhouse.payload_hash)
-                else:
-                    console = current_console()
-                    deployed = deploy(
-                        targets,
-                        artifacts_dir=artifacts / "ansible" / layer,
-                        wheelhouse=wheelhouse,
-                        console=console,
-                        quiet=console is None,
-                        sysbench=layer in sysbench,
-                    )
-                    changed += deployed.changed
-                    say(f"  {layer}: payload {deployed.payload_hash[:12]} on every target (changed={deployed.changed})")
-            readers = [t for t in targets if wanted.get(t.name)]
-            if readers:
-                with phase(f"{layer}: ship the data sets", f"to {len(readers)} target(s)"):
-                    if skip_deploy:
-                        datasets.verify(readers, wanted)
-                    else:
-                        shipped = datasets.ship(
-                            readers, wanted, artifacts_dir=artifacts / "ansible" / f"{layer}-data", quiet=True
-                        )
-                        data_changed += shipped
-                        say(f"  {layer}: every data set on every target that reads it (changed={shipped})")
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one layer's deploy failure fails its cells only
-            failures.append(LayerFailure(layer, "deploy", _one_line(exc)))
-    return failures, time.monotonic() - started, changed, data_changed
+
+    def __init__(
+        self,
+        spec: CampaignSpec,
+        done: set[tuple[str, int]],
+        wheelhouse: Wheelhouse,
+        artifacts: Path,
+        skip_deploy: bool,
+        built: dict[str, datasets.BuiltDataset],
+    ) -> None:
+        self.spec, self.done, self.wheelhouse, self.artifacts = spec, done, wheelhouse, artifacts
+        self.skip_deploy, self.built = skip_deploy, built
+        self.failures: list[LayerFailure] = []
+        #: Seconds spent deploying and shipping (on bring-up threads, so not all of it is campaign wall time),
+        #: and the tasks Ansible changed deploying and shipping data.
+        self.seconds, self.changed, self.data_changed = 0.0, 0, 0
+        self._one_at_a_time = threading.Lock()
+
+    def __call__(self, layer: str, targets: list[Target]) -> None:
+        todo = [
+            (cell, repeat)
+            for cell in expand(self.spec, {layer: targets}, only=layer)
+            for repeat in range(self.spec.repeats)
+            if (cell.hash, repeat) not in self.done
+        ]
+        used = {name for cell, _ in todo for name in cell.targets}
+        chosen = [t for t in targets if t.name in used]
+        if not chosen:
+            return
+        with self._one_at_a_time:
+            started = time.monotonic()
+            try:
+                self._deploy(layer, chosen, todo)
+            except (SpecError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # noqa: BLE001 - one layer's deploy failure fails its cells only
+                self.failures.append(LayerFailure(layer, "deploy", _one_line(exc)))
+            finally:
+                self.seconds += time.monotonic() - started
+
+    def _deploy(self, layer: str, targets: list[Target], todo: list[tuple[Cell, int]]) -> None:
+        with phase(f"{layer}: deploy the payload", f"to {len(targets)} target(s)"):
+            if self.skip_deploy:
+                verify_identities(targets, self.wheelhouse.payload_hash)
+            else:
+                console = current_console()
+                deployed = deploy(
+                    targets,
+                    artifacts_dir=self.artifacts / "ansible" / layer,
+                    wheelhouse=self.wheelhouse,
+                    console=console,
+                    quiet=console is None,
+                    sysbench=any(cell.runs_sysbench for cell, _ in todo),
+                )
+                self.changed += deployed.changed
+                say(f"  {layer}: payload {deployed.payload_hash[:12]} on every target (changed={deployed.changed})")
+        wanted = datasets.needs((cell for cell, _ in todo), self.built)
+        readers = [t for t in targets if wanted.get(t.name)]
+        if not readers:
+            return
+        with phase(f"{layer}: ship the data sets", f"to {len(readers)} target(s)"):
+            if self.skip_deploy:
+                datasets.verify(readers, wanted)
+            else:
+                shipped = datasets.ship(
+                    readers, wanted, artifacts_dir=self.artifacts / "ansible" / f"{layer}-data", quiet=True
+                )
+                self.data_changed += shipped
+                say(f"  {layer}: every data set on every target that reads it (changed={shipped})")
 
 
 def _measure(
@@ -487,13 +523,10 @@ def _measure(
     cid: str,
     artifacts: Path,
     up: BroughtUp,
-    wheelhouse: Wheelhouse,
-    resume: bool,
-    skip_deploy: bool,
-    built: dict[str, datasets.BuiltDataset] | None = None,
+    deploys: LayerDeploys,
+    done: set[tuple[str, int]],
 ) -> CampaignResult:
-    """Deploy to the targets the remaining cells use (and ship the data sets they read), then run and store
-    each cell x repeat."""
+    """Run and store each cell x repeat not ``done``, on the layers that came up and were deployed to."""
     unusable = {  # stand-ins never run a cell: a failed layer's say why, a skipped layer's cells are all stored
         t.name: str(up.failures[layer]) if layer in up.failures else f"layer {layer} was not brought up"
         for layer, stand_ins in up.placeholders.items()
@@ -501,26 +534,21 @@ def _measure(
     }
     cells = expand(spec, {**up.targets, **up.placeholders}, unplaced=set(up.placeholders))
     todo_all = run_order(cells, spec.repeats, spec.order, spec.order_seed or 0)
-    done = store.done_cells(cid) if resume else set()
     todo = [(cell, r) for cell, r in todo_all if (cell.hash, r) not in done]
     result = CampaignResult(cid, len(todo_all), len(todo_all) - len(todo), layer_failures=list(up.failures.values()))
-    result.datasets = built = built or {}
+    result.datasets = built = deploys.built
+    result.deploy_s, result.deploy_changed, result.data_changed = deploys.seconds, deploys.changed, deploys.data_changed
     say(f"campaign [bold]{cid}[/bold]: {len(todo_all)} cell runs, {result.skipped} already stored, {len(todo)} to run")
     if not todo:
         return result
 
+    for failure in deploys.failures:
+        unusable.update({t.name: str(failure) for t in up.targets[failure.layer]})
+    result.layer_failures += deploys.failures
     used = {name for cell, _ in todo for name in cell.targets if name not in unusable}
-    to_deploy = {layer: [t for t in ts if t.name in used] for layer, ts in up.targets.items()}
-    wanted = datasets.needs((cell for cell, _ in todo), built)
-    sysbench = {cell.layer for cell, _ in todo if cell.runs_sysbench}
-    failed_deploys, result.deploy_s, result.deploy_changed, result.data_changed = _deploy_layers(
-        to_deploy, wheelhouse, artifacts, skip_deploy, wanted, sysbench
+    describe_targets(
+        store, cid, {layer: [t for t in ts if t.name in used] for layer, ts in up.targets.items()}, artifacts
     )
-    for failure in failed_deploys:
-        unusable.update({t.name: str(failure) for t in to_deploy[failure.layer]})
-    result.layer_failures += failed_deploys
-    ready = {layer: [t for t in ts if t.name not in unusable] for layer, ts in to_deploy.items()}
-    describe_targets(store, cid, ready, artifacts)
 
     by_name = {t.name: t for ts in up.targets.values() for t in ts}
     launcher = Launcher(cid, peer_timeout=spec.peer_timeout, settings=spec.settings(), datasets=built)

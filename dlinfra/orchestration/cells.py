@@ -116,16 +116,20 @@ def _targets_for(workload: WorkloadSpec, targets: list[Target], spec: CampaignSp
 
 
 def expand(
-    spec: CampaignSpec, targets_by_layer: dict[str, list[Target]], unplaced: set[str] | frozenset[str] = frozenset()
+    spec: CampaignSpec,
+    targets_by_layer: dict[str, list[Target]],
+    unplaced: set[str] | frozenset[str] = frozenset(),
+    only: str | None = None,
 ) -> list[Cell]:
-    """Every cell of the campaign, in spec order, without duplicates.
+    """Every cell of the campaign (or of layer ``only``), in spec order, without duplicates.
 
     Layers in ``unplaced`` have stand-in targets (they did not come up): their cells are
-    listed with the same configs, but processes are not placed on them.
+    listed with the same configs, but processes are not placed on them. A layer's cells depend on its own
+    targets only, so ``only`` needs no other layer's.
     """
     cells: list[Cell] = []
     seen: set[str] = set()
-    for layer in spec.layers:
+    for layer in spec.layers if only is None else [only]:
         layer_targets = targets_by_layer.get(layer, [])
         provider = provider_name(layer, spec.layer_options.get(layer))
         for workload in spec.workloads:

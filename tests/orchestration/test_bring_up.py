@@ -110,3 +110,26 @@ def test_a_layer_that_fails_leaves_the_other_up(tmp_path: Path, monkeypatch: pyt
     assert list(up.targets) == ["bm"] and "no engine on h1" in str(up.failures["ctr"])
     assert log["ctr"][-1] == "down" and log["bm"][-1].startswith("created")
     up.down()
+
+
+def test_a_layer_is_deployed_while_the_others_still_come_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``on_up`` (the campaign's deploy) of bm runs while ctr is still coming up, and a stacked layer waits
+    for its base's ``on_up``."""
+    both = threading.Barrier(2, timeout=20)  # broken if bm's deploy waited for ctr's bring-up
+    _stand_ins(monkeypatch, lambda layer: both.wait() if layer == "ctr" else None)
+    deployed: list[str] = []
+
+    def on_up(layer: str, targets: list[Target]) -> None:
+        if layer == "bm":
+            both.wait()
+        if layer == "vm":
+            time.sleep(0.3)  # ctr-vm must wait for this, not merely for vm's bring-up
+        deployed.append(layer)
+        assert [t.layer for t in targets] == [layer]
+
+    spec = _spec(tmp_path, "[bm, ctr, vm, ctr-vm]")
+    up = campaign.bring_up(spec, HOSTS, tmp_path / "hosts.yml", tmp_path / "art", on_up=on_up)
+    assert not up.failures, up.failures
+    assert sorted(deployed) == ["bm", "ctr", "ctr-vm", "vm"]
+    assert deployed.index("vm") < deployed.index("ctr-vm")
+    up.down()

@@ -147,6 +147,9 @@ def test_a_workload_can_be_kept_to_some_layers(tmp_path: Path) -> None:
     cells = expand(spec, {"bm": _targets(3), "vm": vm})
     assert sorted((c.layer, c.mode) for c in cells if c.layer == "vm") == [("vm", "single")]
     assert {c.mode for c in cells if c.layer == "bm"} == {"single", "ps-async"}
+    for layer in ("bm", "vm"):  # what a layer deploys as soon as it is up, before the other is
+        alone = expand(spec, {layer: vm if layer == "vm" else _targets(3)}, only=layer)
+        assert [c.hash for c in alone] == [c.hash for c in cells if c.layer == layer]
     bad = _spec(tmp_path, body.replace("layers: [bm], ", "layers: [ctr], "))
     with pytest.raises(SpecError, match=r"c.yml:\d+: .*layers.*must list layers of the campaign"):
         load_spec(bad)
