@@ -441,10 +441,10 @@ class LayerDeploys:
     Why then: the other layers are still coming up (an image load, a guest boot), so the deploy costs the
     campaign no wall time of its own; one after the other, the bare-metal deploy of ``campaigns/bm-vs-ctr.yml``
     waited 39 s on a fresh testbed for the containers' bring-up (mostly the image's load into the testbed's
-    dockerd). A layer's cells (and so the targets they
-    use, the data sets they read, whether they run sysbench) depend on no other layer's targets. One deploy
-    runs at a time: two would split the controller's cores, and the layers of a host share its folders.
-    A layer that fails is recorded in ``failures`` (its cells are stored as failed), never raised.
+    dockerd). A layer's cells (and so the targets they use, the data sets they read, whether they run
+    sysbench) depend on no other layer's targets. One deploy runs at a time: two would split the
+    controller's cores, and the layers of a host share its folders. A layer that fails is recorded in
+    ``failures`` (its cells are stored as failed), never raised.
     """
 
     def __init__(
