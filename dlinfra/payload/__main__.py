@@ -10,5 +10,4 @@ leave this way: gRPC threads can keep a process alive).
 from dlinfra.payload import scratch
 from dlinfra.payload.cli import main
 
-scratch.enter()
-scratch.leave(main())
+scratch.run(main)

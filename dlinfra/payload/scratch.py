@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from typing import NoReturn
 
 PREFIX = "dlinfra-payload-"
@@ -36,3 +37,16 @@ def leave(code: int) -> NoReturn:
     if path and os.path.basename(path).startswith(PREFIX):
         shutil.rmtree(path, ignore_errors=True)
     os._exit(code)
+
+
+def run(main: Callable[[], int]) -> NoReturn:
+    """``main`` in its own temporary directory, then :func:`leave`, however it ends: also through
+    ``SystemExit`` (argparse's errors and ``--help``), which would otherwise skip the removal."""
+    enter()
+    try:
+        code = main()
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            sys.stderr.write(exc.code + "\n")
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    leave(code)

@@ -177,6 +177,10 @@ def test_a_run_leaves_nothing_in_the_temporary_directory(run_payload, tmp_path: 
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert sorted(p.name for p in tmp.rglob("*")) == []
+    # A bad flag or --help ends the process through SystemExit: its folder goes too, and the exit code stays.
+    assert run_payload("run", "--bogus", env={"TMPDIR": str(tmp)}).returncode == 2
+    assert run_payload("--help", env={"TMPDIR": str(tmp)}).returncode == 0
+    assert sorted(p.name for p in tmp.rglob("*")) == []
 
 
 @pytest.mark.slow
