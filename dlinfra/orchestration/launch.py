@@ -19,6 +19,7 @@ sweep`` removes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import threading
@@ -139,6 +140,13 @@ class Launcher:
         self._registry: RunClaim | None = None
         self._registry_lock = threading.Lock()
 
+    def connect(self, targets: list[Target]) -> None:
+        """Open each target's first link ahead of its first cell (which then reuses it); a target that cannot
+        be reached now is left to its cells, which retry and say why."""
+        for target in targets:
+            with contextlib.suppress(TargetError):
+                self.pool.get(target, 0)
+
     def close(self) -> None:
         self.pool.close()
         if self._registry is not None:
@@ -225,7 +233,8 @@ class Launcher:
             "physical_host": target.physical_host,
             "target_address": target.peer_address,
         }
-        inner = [target.python, "-m", "dlinfra.payload", "run", "--workload", workload, "--mode", "single"]
+        inner = ["env", f"TMPDIR={folder}", target.python, "-m", "dlinfra.payload", "run", "--workload", workload]
+        inner += ["--mode", "single"]
         inner += [*to_argv(values), "--context-json", json.dumps(context, sort_keys=True)]
         inner += ["--out", f"{folder}/job.json", "--ready-file", BackgroundJob.ready_file_in(folder)]
         # Its own timeout: a controller that dies cannot leave it running for longer than two cells.
@@ -352,8 +361,12 @@ class Launcher:
             run_dir = self._run_dir(p, cell, repeat)
             inner = self._argv(cell, repeat, p, run_dir, control_port)
             env = tf_config(processes, p)
+            # The payload's temporary folder inside the run folder: a process stopped by a signal, which leaves
+            # it behind (dlinfra.payload.scratch), leaves it there, where the next prepare or a teardown removes it.
+            settings = [f"TMPDIR={run_dir}"]
             if env is not None:
-                inner = ["env", f"TF_CONFIG={json.dumps(env, sort_keys=True)}", *inner]
+                settings.append(f"TF_CONFIG={json.dumps(env, sort_keys=True)}")
+            inner = ["env", *settings, *inner]
             pid_file = self._pid_file(p, cell, repeat)
             self._register(p.target, pid_file)
             argv = process_groups.wrapped(pid_file, ["timeout", "--kill-after=5", f"{timeout:.0f}", *inner])

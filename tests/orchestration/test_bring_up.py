@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import pytest
 
@@ -133,3 +133,28 @@ def test_a_layer_is_deployed_while_the_others_still_come_up(tmp_path: Path, monk
     assert sorted(deployed) == ["bm", "ctr", "ctr-vm", "vm"]
     assert deployed.index("vm") < deployed.index("ctr-vm")
     up.down()
+
+
+def test_a_deployed_layer_opens_its_links_before_its_first_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a layer is deployed, the campaign's launcher opens its targets' links (its first cell then reuses
+    them); a layer whose deploy failed opens none (its cells are not run)."""
+    from dlinfra.images.wheelhouse import Wheelhouse
+
+    def fake_deploy(targets: list[Target], **_: object) -> object:
+        if targets[0].layer == "ctr":
+            raise RuntimeError("ctr's deploy failed")
+        return type("Deployed", (), {"changed": 0, "payload_hash": "0" * 64})()
+
+    monkeypatch.setattr(campaign, "deploy", fake_deploy)
+    connected: list[str] = []
+    spec = _spec(tmp_path, "[bm, ctr]")
+    opened = connected.extend
+    deploys = campaign.LayerDeploys(
+        spec, set(), cast(Wheelhouse, None), tmp_path, False, {}, connect=lambda ts: opened(t.name for t in ts)
+    )
+    for layer in ("bm", "ctr"):
+        deploys(layer, [Target(layer, f"{layer}@h1", "h1", "10.0.0.1")])
+    assert connected == ["bm@h1"]
+    assert [(f.layer, f.step) for f in deploys.failures] == [("ctr", "deploy")]

@@ -58,6 +58,20 @@ def test_deploy_installs_the_same_payload_everywhere(deployed) -> None:
             assert "PRIVATE KEY-----" not in f.read_text(errors="replace")
 
 
+def test_the_dependencies_archive_leaves_out_only_what_no_run_reads(deployed) -> None:
+    """TensorFlow's C++ headers (half the archive's files, each costing every fresh host's unpack) stay out;
+    the deploy above proved that the payload runs without them."""
+    from dlinfra.images.deps_archive import build_deps_archive
+
+    archive = build_deps_archive(deployed.result.wheelhouse)
+    assert archive is not None
+    names = subprocess.run(["tar", "--zstd", "-tf", str(archive.path)], capture_output=True, text=True, check=True)
+    members = names.stdout.splitlines()
+    assert "./tensorflow/__init__.py" in members and "./tensorflow/libtensorflow_cc.so.2" in members
+    assert not [m for m in members if m.startswith("./tensorflow/include")]
+    assert len(members) < 15_000, len(members)
+
+
 def test_redeploy_changes_nothing(deployed, tmp_path: Path) -> None:
     from dlinfra.orchestration.deploy import deploy
 
@@ -162,6 +176,33 @@ def test_dead_host_fails_its_cell_only_and_resume_finishes(deployed, tmp_path: P
     runs = _rows(db, "SELECT * FROM runs WHERE campaign_id = 'dying-it' AND status = 'ok'")
     assert sorted(r["physical_host"] for r in runs) == sorted(h.name for h in hosts)
     assert ok_before <= {(r["cell_hash"], r["start_utc"]) for r in runs}  # nothing stored was lost or redone
+
+
+def test_a_payload_stopped_by_its_cell_timeout_leaves_its_temporary_folder_in_its_run_folder(deployed) -> None:
+    """A payload killed by a signal cannot remove its temporary folder (dlinfra.payload.scratch): the launcher
+    points it into the cell's run folder, which the next prepare or a teardown removes, not the host's /tmp."""
+    import tempfile
+
+    from dlinfra.orchestration.cells import Cell, plan
+    from dlinfra.orchestration.launch import Launcher
+    from dlinfra.record import config_hash
+
+    target = deployed.targets[0]
+    host = next(h for h in deployed.bed.state.hosts if h.name == target.name)
+    config = {"layer": "bm", "workload": "mnist-dnn", "mode": "single", "warmup_steps": 2, "steps": 10**6,
+              "batch_size": 32, "host": target.physical_host}  # fmt: skip
+    cell = Cell(config=config, hash=config_hash(config), targets=[target.name])
+    system_tmp = Path(tempfile.gettempdir())
+    before = set(system_tmp.glob("dlinfra-payload-*"))
+    launcher = Launcher("scratch-it")
+    try:
+        run = launcher.run_cell(cell, 0, plan(cell, {target.name: target}), timeout=10)
+    finally:
+        launcher.close()
+    assert run.status == "failed" and "killed by the cell timeout" in (run.failure_reason or ""), run.failure_reason
+    left = list((Path(host.home) / "runs" / "scratch-it" / f"{cell.hash}-r0").glob("dlinfra-payload-*"))
+    assert len(left) == 1, "the killed payload's temporary folder is in its run folder"
+    assert set(system_tmp.glob("dlinfra-payload-*")) <= before
 
 
 def test_failed_task_names_host_task_and_message(deployed, tmp_path: Path) -> None:
