@@ -5,16 +5,16 @@ Prints, and records for bench/figures.py's table:
     time, first-time builds left out: the line ``dlinfra run`` prints at its end), on a fresh testbed and on
     a second run over the same testbed (host caches warm); goal >= 0.8;
   * ``scripts/demo.sh`` run twice; the second is the warm demo (every cache built); goal <= 180 s;
-  * from the stores of both, the per-cell overhead (wall time less the payload's elapsed time) of each
-    layer and kind they ran: bm and ctr single cells (14 each), and the demo's one cell of each of bm, ctr,
-    vm single and bm distributed; goals <= 0.5 s single, <= 1 s distributed (bench/orchestration.py
-    measures it on bm alone, with more cells).
+  * from the stores of all three, the per-cell overhead (wall time less the payload's elapsed time) of each
+    layer and kind they ran: bm and ctr single cells (14 each) in bm-vs-ctr; bm and ctr single and
+    distributed (3 each) in ``bench/cell-overhead.yml``, on a fresh testbed; and the demo's one cell of each
+    of bm, ctr, vm single and bm distributed; goals <= 0.5 s single, <= 1 s distributed.
 
 Why runs, not a model of them: the efficiency is lost in bring-up, deploy, image loads and tear-down, which
 only a real campaign on real hosts shows; the same numbers a user reads at the end of ``dlinfra run``.
 
-    sudo python bench/campaign.py                  # both
-    sudo python bench/campaign.py --no-demo        # the efficiency only
+    sudo python bench/campaign.py                  # all
+    sudo python bench/campaign.py --no-demo        # the efficiency and the per-layer overheads
 """
 
 from __future__ import annotations
@@ -45,14 +45,16 @@ WARM_DEMO_GOAL_S = 180.0
 OVERHEAD_GOALS_S = {"single": 0.5, "distributed": 1.0}
 
 
-def bench_efficiency(spec: Path, testbed: str, work: Path) -> list[tuple[str, float, str]]:
-    """Run ``spec`` twice on a fresh 3-host testbed: (label, efficiency, where the time went) per run."""
+def bench_efficiency(
+    spec: Path, testbed: str, work: Path, labels: tuple[str, ...] = ("fresh testbed", "second run")
+) -> list[tuple[str, float, str]]:
+    """Run ``spec`` once per label on a fresh 3-host testbed: (label, efficiency, where the time went) per run."""
     tb = LocalTestbed(testbed)
     tb.down()
     rows = []
     try:
         tb.up(3)
-        for label in ("fresh testbed", "second run"):
+        for label in labels:
             checked = preflight(spec, inventory=f"testbed:{testbed}")
             with open_store(str(work / "bench.db")) as store:
                 result = run_campaign(checked, store, artifacts=work / "artifacts", console=Console(stderr=True))
@@ -76,15 +78,20 @@ def bench_efficiency(spec: Path, testbed: str, work: Path) -> list[tuple[str, fl
 
 def cell_overheads(db: Path) -> dict[tuple[str, str], list[float]]:
     """Per layer and kind (single, distributed): each stored ok cell's wall time less its payload's elapsed
-    time (its longest process), read back from the campaign's store as ``dlinfra report`` would."""
+    time (its longest process), read back from the campaign's store as ``dlinfra report`` would. A layer whose
+    runs were emulated (a guest under QEMU TCG) is named so: its figure says nothing of real hardware."""
     with open_store(str(db)) as store:
         cells = {(c["campaign_id"], c["cell_hash"], c["repeat"]): c for c in store.cells() if c["status"] == "ok"}
         elapsed: dict[tuple[str, str, int], float] = {}
+        emulated: set[tuple[str, str, int]] = set()
         for run in store.runs():
             key = (run["campaign_id"], run["cell_hash"], run["repeat"])
-            value = json.loads(run["record_json"])["metrics"].get("elapsed_s")
+            record = json.loads(run["record_json"])
+            value = record["metrics"].get("elapsed_s")
             if key in cells and value is not None:
                 elapsed[key] = max(elapsed.get(key, 0.0), float(value))
+            if record["provenance"].get("emulated"):
+                emulated.add(key)
     found: dict[tuple[str, str], list[float]] = {}
     for key, cell in cells.items():
         if key in elapsed:
@@ -92,7 +99,8 @@ def cell_overheads(db: Path) -> dict[tuple[str, str], list[float]]:
                 datetime.fromisoformat(cell["ended_utc"]) - datetime.fromisoformat(cell["started_utc"])
             ).total_seconds()
             kind = "single" if cell["config"].get("mode", "single") == "single" else "distributed"
-            found.setdefault((cell["layer"], kind), []).append(wall - elapsed[key])
+            layer = f"{cell['layer']} (emulated guest)" if key in emulated else cell["layer"]
+            found.setdefault((layer, kind), []).append(wall - elapsed[key])
     return found
 
 
@@ -133,6 +141,11 @@ def main() -> int:
             name = f"campaign efficiency, {args.spec.stem} ({label})"
             record(Figure("campaign", name, efficiency, "", EFFICIENCY_GOAL, False, where))
         record_overheads(work / "bench.db", args.spec.stem)
+        print("per-cell overhead of single and distributed cells on bm and ctr: bench/cell-overhead.yml")
+        layers_work = work / "cell-overhead"
+        layers_work.mkdir()
+        bench_efficiency(REPO / "bench/cell-overhead.yml", args.testbed, layers_work, ("fresh testbed",))
+        record_overheads(layers_work / "bench.db", "cell-overhead")
         if not args.no_demo:
             print("make demo's campaign (scripts/demo.sh), twice")
             times = bench_demo(work)

@@ -369,7 +369,10 @@ class Launcher:
             inner = ["env", *settings, *inner]
             pid_file = self._pid_file(p, cell, repeat)
             self._register(p.target, pid_file)
-            argv = process_groups.wrapped(pid_file, ["timeout", "--kill-after=5", f"{timeout:.0f}", *inner])
+            # A single cell's one process makes its own run folder (see _prepare).
+            fresh = run_dir if cell.mode == "single" else None
+            argv = ["timeout", "--kill-after=5", f"{timeout:.0f}", *inner]
+            argv = process_groups.wrapped(pid_file, argv, fresh_folder=fresh)
             th = threading.Thread(target=self._run_one, args=(conn, argv, outcome, barrier), daemon=True)
             threads.append(th)
             th.start()
@@ -411,7 +414,8 @@ class Launcher:
     def _prepare(
         self, cell: Cell, repeat: int, processes: list[Process], conns: list[tuple[Transport, tuple[Target, int]]]
     ) -> int | None:
-        """Run folders on every target, free ports for a distributed cell: one round trip, all targets at once."""
+        """Run folders and free ports for a distributed cell, one round trip on all targets at once; for a single
+        cell, only proof that its link is alive (its process makes its own run folder)."""
         per_target: dict[str, list[int]] = {}
         for i, p in enumerate(processes):
             per_target.setdefault(p.target.name, []).append(i)
@@ -422,19 +426,28 @@ class Launcher:
         def prepare_one(indices: list[int]) -> list[int]:
             first = processes[indices[0]]
             conn = conns[indices[0]][0]
+            if cell.mode == "single":
+                # One process, no port: its own command makes its run folder (process_groups.wrapped), a round
+                # trip fewer. What is left is to prove that the pooled link still opens a channel (bounded): a
+                # link that died since the last cell then fails here, where it is retried fresh, and not as the
+                # payload starts, where whether it started would be unknown.
+                try:
+                    conn.check()
+                except LinkLost as exc:
+                    raise TargetError(f"host {first.target.name}: cannot prepare the run: {exc.cause}") from None
+                return []
             hosts_chief = chief_like is not None and chief_like in [processes[i] for i in indices]
-            need = 0 if cell.mode == "single" else len(indices) + (1 if hosts_chief else 0)
+            need = len(indices) + (1 if hosts_chief else 0)  # its processes' ports, and the control port
             run_dir = self._run_dir(first, cell, repeat)
             published = list(first.target.published_ports)
-            if need and published and len(published) < need:
+            if published and len(published) < need:
                 raise TargetError(
                     f"host {first.target.name}: {need} ports needed, {len(published)} published "
                     "(layer option ports_per_container)",
                     "raise ports_per_container, or use spread placement with one process per container",
                 )
-            # A single cell needs no ports (and a bridge container's ports are its published ones):
-            # a shell is cheaper to start than Python.
-            if need == 0 or published:
+            # A bridge container's ports are its published ones: a shell is cheaper to start than Python.
+            if published:
                 argv = ["sh", "-c", _MKDIR, run_dir]
             else:
                 argv = [first.target.python, "-c", _PREPARE, run_dir, str(need)]
@@ -444,7 +457,7 @@ class Launcher:
                 raise TargetError(f"host {first.target.name}: cannot prepare the run: {exc.cause}") from None
             if not result.ok:
                 raise TargetError(f"host {first.target.name}: cannot prepare the run: {result.last_error_line()}")
-            return published[:need] if need and published else [int(x) for x in result.stdout.split()]
+            return published[:need] if published else [int(x) for x in result.stdout.split()]
 
         groups = list(per_target.values())
         with ThreadPoolExecutor(max_workers=len(groups)) as pool:

@@ -41,8 +41,15 @@ KILL = (
 )
 
 
-def wrapped(pid_file: str, argv: list[str]) -> list[str]:
-    """``argv`` started as a process group's leader that writes its pid to ``pid_file`` first."""
+#: The same, in a fresh folder $0 (emptied, made), the pid written to $1; 125 when the folder cannot be made.
+FRESH_PIDWRAP = 'rm -rf "$0" && mkdir -p "$0" || exit 125; echo $$ > "$1"; shift; exec "$@"'
+
+
+def wrapped(pid_file: str, argv: list[str], *, fresh_folder: str | None = None) -> list[str]:
+    """``argv`` started as a process group's leader that writes its pid to ``pid_file`` first; with
+    ``fresh_folder``, once that folder is emptied and made (a round trip fewer than making it apart)."""
+    if fresh_folder is not None:
+        return ["sh", "-c", FRESH_PIDWRAP, fresh_folder, pid_file, *argv]
     return ["sh", "-c", PIDWRAP, pid_file, *argv]
 
 

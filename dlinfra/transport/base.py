@@ -63,6 +63,12 @@ class Transport(abc.ABC):
     def close(self) -> None:
         """Release the link; never raises."""
 
+    def check(self, timeout: float = 5.0) -> None:
+        """Prove, within ``timeout``, that the link still carries commands, running none; raises
+        :class:`LinkLost` where it does not. Here: :meth:`alive`; a transport with a cheaper proof says so."""
+        if not self.alive():
+            raise LinkLost(self.name, "the link is closed")
+
 
 class TransportPool:
     """One open transport per (target, slot), kept across cells: a new SSH handshake per cell costs ~0.2 s.

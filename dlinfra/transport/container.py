@@ -54,5 +54,8 @@ class ContainerTransport(Transport):
     def alive(self) -> bool:
         return self.host.alive()
 
+    def check(self, timeout: float = 5.0) -> None:
+        self.host.check(timeout)
+
     def close(self) -> None:
         self.host.close()

@@ -162,6 +162,17 @@ class SshTransport(Transport):
         link = self.conn.client.get_transport()
         return link is not None and link.is_active()
 
+    def check(self, timeout: float = 5.0) -> None:
+        """Open and close a session channel: one SSH round trip, no process on the host, bounded by ``timeout``
+        (a host that vanished without closing the TCP connection would leave a keepalive unanswered for good)."""
+        link = self.conn.client.get_transport()
+        try:
+            if link is None or not link.is_active():
+                raise EOFError("the SSH connection is closed")
+            link.open_session(timeout=timeout).close()
+        except Exception as exc:  # noqa: BLE001 - paramiko raises many kinds on a dead link
+            raise LinkLost(self.name, _describe(exc)) from None
+
     def close(self) -> None:
         try:
             self.conn.close()

@@ -29,12 +29,14 @@ def _host_identity() -> dict:
 
 
 def test_container_payload_hash_equals_bm_and_records_its_cpuset(engine: Engine, run_id: str, tmp_path: Path) -> None:
+    from dlinfra.images.deps_archive import build_deps_archive
     from dlinfra.images.wheelhouse import build_wheelhouse
 
     for _attempt in range(3):  # other people may edit dlinfra meanwhile: retry until the sources held still
         before = _host_identity()["payload_hash"]
         wheelhouse = build_wheelhouse()
-        image = build_payload_image(engine, wheelhouse.path, wheelhouse.lock)
+        archive = build_deps_archive(wheelhouse)
+        image = build_payload_image(engine, wheelhouse.path, wheelhouse.lock, deps_archive=archive)
         if _host_identity()["payload_hash"] == before:
             break
     print(f"{engine.kind}: payload image {image.tag} ready in {image.build_s:.1f} s")
@@ -50,6 +52,15 @@ def test_container_payload_hash_equals_bm_and_records_its_cpuset(engine: Engine,
     inside = json.loads(engine.run("exec", name, image.python, "-m", "dlinfra.payload", "identity").stdout)
     assert inside["payload_hash"] == before
     assert inside["tf_version"] == _host_identity()["tf_version"]
+    # The dependencies are the archive the bm and vm targets unpack (which leaves TensorFlow's headers out),
+    # not a pip install of their own, and unpacked over no other copy (one setuptools, the pinned one).
+    where = (
+        "import importlib.metadata as m, os, tensorflow as tf; d = os.path.dirname(tf.__file__); "
+        "print(os.path.isdir(d + '/include'), [x.version for x in m.distributions() if x.name == 'setuptools'])"
+    )
+    pinned = next(line for line in wheelhouse.lock.read_text().splitlines() if line.startswith("setuptools=="))
+    expected = f"False ['{pinned.split('==')[1].split()[0]}']"
+    assert engine.run("exec", name, image.python, "-c", where).stdout.strip() == expected
     context = json.dumps({"layer": "ctr", "physical_host": "localhost", "campaign_id": run_id})
     engine.run(
         "exec", name, image.python, "-m", "dlinfra.payload", "run", "--workload", "mnist-dnn", "--data", "synthetic",

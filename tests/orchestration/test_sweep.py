@@ -632,6 +632,9 @@ def test_ctrl_c_during_a_playbook_stops_it_and_the_controller(tmp_path: Path) ->
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As from a terminal, whoever started the tests: a shell's background job (`make test &`) ignores SIGINT,
+        # and its children would inherit that, where dlinfra rightly leaves an ignored SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     mark = f"DLINFRA_CONTROLLER={controller.pid}:".encode()
     try:

@@ -236,3 +236,61 @@ def test_build_seconds_counts_nested_and_overlapping_builds_once(monkeypatch) ->
     with cache.building():
         pass
     assert len(cache._BUILDS) == 6
+
+
+def test_a_single_cell_is_one_command_and_a_link_that_died_since_the_last_cell_is_replaced() -> None:
+    """A single cell's process makes its own run folder (no round trip apart); the pooled link is first proven
+    alive, and one that is not is replaced by a fresh one before the payload starts, not failed under it."""
+    from dlinfra.orchestration.cells import Cell
+    from dlinfra.orchestration.launch import Launcher
+    from dlinfra.orchestration.process_groups import FRESH_PIDWRAP
+    from dlinfra.record import config_hash
+    from dlinfra.transport import CommandResult, LinkLost, Transport, TransportPool
+
+    opened: list[FakeLink] = []
+
+    class FakeLink(Transport):
+        name = "h1"
+
+        def __init__(self, dead: bool) -> None:
+            self.dead, self.ran, self.closed = dead, [], False
+
+        def run(self, argv, *, env=None, timeout=None) -> CommandResult:
+            self.ran.append(list(argv))
+            return CommandResult(0, "", "")
+
+        def read(self, path: str) -> bytes:
+            raise FileNotFoundError(path)
+
+        def put(self, local: str, remote: str) -> None: ...
+
+        def alive(self) -> bool:
+            return True  # as a link whose host vanished without closing it looks
+
+        def check(self, timeout: float = 5.0) -> None:
+            if self.dead:
+                raise LinkLost(self.name, "channel open timed out")
+
+        def close(self) -> None:
+            self.closed = True
+
+    def open_link(_target: object) -> FakeLink:
+        opened.append(FakeLink(dead=not opened))  # the pooled one is dead, the fresh one works
+        return opened[-1]
+
+    target = _targets(1)[0]
+    config = {"layer": "bm", "workload": "mnist-dnn", "mode": "single", "steps": 3, "batch_size": 8, "host": "h1"}
+    cell = Cell(config=config, hash=config_hash(config), targets=["h1"])
+    launcher = Launcher("units")
+    launcher.pool = TransportPool(open_link)
+    launcher.pool.get(target, 0)  # the link the last cell used
+    run = launcher.run_cell(cell, 0, plan(cell, {"h1": target}), timeout=60)
+    launcher.close()
+    dead, fresh = opened
+    assert dead.closed and dead.ran == [], "the dead link ran nothing and was dropped"
+    assert len(fresh.ran) == 1, "one command: the payload, which makes its own run folder"
+    argv = fresh.ran[0]
+    run_dir = f"{target.runs_dir}/units/{cell.hash}-r0"
+    assert argv[:5] == ["sh", "-c", FRESH_PIDWRAP, run_dir, f"{run_dir}/single-0.pid"]
+    assert "dlinfra.payload" in argv and f"TMPDIR={run_dir}" in argv
+    assert run.status == "failed" and "wrote no record" in (run.failure_reason or "")  # nothing ran for real

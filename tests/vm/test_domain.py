@@ -199,3 +199,24 @@ def test_sweep_finds_run_labels_by_domain_metadata_and_object_names(test_conn, r
     finally:
         dom.undefine()
         network.undefine()
+
+
+def test_a_kvm_guest_that_prints_nothing_is_judged_stalled_sooner_than_one_that_prints(tmp_path: Path) -> None:
+    """KVM that runs no guest code (seen: a console without one byte) is caught after KVM_SILENT_S; a kernel that
+    prints but never reaches userspace after KVM_STALL_S; one in userspace never."""
+    from dlinfra.providers.libvirt.boot import KVM_SILENT_S, KVM_STALL_S, ConsoleWatch, kvm_stalled
+
+    log = tmp_path / "serial.log"
+    log.write_text("")
+    watch = ConsoleWatch(log)
+    watch.poll()
+    assert not kvm_stalled(watch, 0.0, now=KVM_SILENT_S - 1)
+    assert kvm_stalled(watch, 0.0, now=KVM_SILENT_S)
+    log.write_text("Linux version 6.1.0-50-amd64\nProbing EDD (edd=off to disable)... ok\n")
+    watch.poll()
+    assert not kvm_stalled(watch, 0.0, now=KVM_STALL_S - 1), watch.shows
+    assert kvm_stalled(watch, 0.0, now=KVM_STALL_S)
+    with log.open("a") as fh:
+        fh.write("Run /init as init process\n")
+    watch.poll()
+    assert not kvm_stalled(watch, 0.0, now=10 * KVM_STALL_S)

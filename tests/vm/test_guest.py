@@ -116,6 +116,34 @@ def test_the_baked_payload_unpacked_the_controllers_dependencies(vm) -> None:
     assert json.loads(identity.stdout.strip().splitlines()[-1])["payload_hash"] == wheelhouse.payload_hash
 
 
+def _installed(rootfs: Path) -> set[str]:
+    """The packages dpkg lists as installed in a rootfs tarball."""
+    status = subprocess.run(["tar", "-xOf", str(rootfs), "./var/lib/dpkg/status"], capture_output=True, check=True)
+    found, name = set(), ""
+    for line in status.stdout.decode().splitlines():
+        if line.startswith("Package: "):
+            name = line.split(": ", 1)[1]
+        elif line == "Status: install ok installed":
+            found.add(name)
+    return found
+
+
+def test_the_guest_and_the_container_image_share_one_root_filesystem(vm) -> None:
+    """The guest's rootfs is the container image's (built once, by one debootstrap) with what only a machine
+    needs added: every package of the one is in the other, at the same version of the same files."""
+    from dlinfra.images.rootfs import RootfsSpec, build_rootfs
+    from dlinfra.providers.libvirt.image import GUEST_PACKAGES, guest_rootfs
+
+    container, guest = build_rootfs(RootfsSpec()), build_rootfs(guest_rootfs())  # cached by the vm's image build
+    in_container, in_guest = _installed(container), _installed(guest)
+    assert in_container < in_guest
+    assert set(GUEST_PACKAGES) <= in_guest and "linux-image-amd64" not in in_container
+    listing = subprocess.run(["tar", "-tvf", str(container)], capture_output=True, text=True, check=True).stdout
+    python = next(line for line in listing.splitlines() if line.endswith("./usr/bin/python3.11"))
+    guest_listing = subprocess.run(["tar", "-tvf", str(guest)], capture_output=True, text=True, check=True).stdout
+    assert python in guest_listing.splitlines(), "the shared files are the same files"
+
+
 def test_wrong_host_key_is_refused(vm, tmp_path: Path) -> None:
     import dataclasses
 

@@ -2,11 +2,13 @@
 
 No registry is involved anywhere. The base image is either one the user names
 (it must already be on the engine) or the debootstrap rootfs imported with
-``docker/podman import``. The payload is installed from the wheelhouse with
-``pip install --no-index --require-hashes`` inside a build container that has
-no network at all (``--network none``), so the image holds the same bytes as
-every ``bm`` target's venv. Two layers: third-party wheels (TensorFlow, ~1 min
-to install, rebuilt only when their pins change) and dlinfra itself (seconds),
+``docker/podman import``. The dependencies are the controller's dependencies
+archive (:mod:`dlinfra.images.deps_archive`) unpacked into the image's venv,
+where it fits the image's interpreter: the very files every ``bm`` and ``vm``
+target unpacks. Elsewhere they, and dlinfra's own wheel always, are installed
+from the wheelhouse with ``pip install --no-index --require-hashes``. Either
+runs inside a build container that has no network at all (``--network none``).
+Two layers: the dependencies (rebuilt only when their pins change) and dlinfra itself (seconds),
 each tagged by a hash of its inputs, so an unchanged image is never rebuilt.
 Images are saved with ``save`` and cached on the controller keyed by the image
 id, then loaded on each host where it is missing by the payload_image role (the containers' up playbook).
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from dlinfra.cache import building, cache_dir, cache_key, keep_recent
 from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.images.deps_archive import PROBE, DepsArchive
 from dlinfra.images.rootfs import RootfsSpec, build_rootfs
 from dlinfra.providers.containers.engine import Engine
 
@@ -103,10 +106,20 @@ def _image_id(engine: Engine, ref: str) -> str:
 
 
 def _install_layer(
-    engine: Engine, base: str, tag: str, wheelhouse: Path, requirements: list[str], *, no_deps: bool, labels: dict
+    engine: Engine,
+    base: str,
+    tag: str,
+    wheelhouse: Path,
+    requirements: list[str],
+    *,
+    no_deps: bool,
+    labels: dict,
+    archive: DepsArchive | None = None,
 ) -> None:
     """Install ``requirements`` from ``wheelhouse`` into the venv of a container of ``base``, commit it as ``tag``.
 
+    With ``archive`` (the dependencies layer), where it fits the image's interpreter, the dependencies are the
+    archive unpacked into the venv instead: the very files the bm and vm targets unpack, and no pip run.
     The build container has no network: an accidental index lookup fails instead of fetching.
     """
     with tempfile.TemporaryDirectory(prefix="dlinfra-build-") as tmp:
@@ -122,6 +135,7 @@ def _install_layer(
         lock = Path(tmp) / "lock" / "requirements.lock"
         lock.parent.mkdir()
         lock.write_text("\n".join(requirements) + "\n")
+        mounts = ["--volume", f"{archive.path.parent}:/deps:ro"] if archive is not None else []
         created = engine.run(
             "create",
             "--network",
@@ -132,6 +146,7 @@ def _install_layer(
             f"{context}:/wheelhouse:ro",
             "--volume",
             f"{lock.parent}:/lock:ro",
+            *mounts,
             *engine.create_flags(),
             base,
             "sleep",
@@ -143,11 +158,20 @@ def _install_layer(
             engine.run("start", cid, what="start build container")
             if not no_deps:
                 engine.run("exec", cid, "python3", "-m", "venv", VENV, what="python3 -m venv")
-            pip = [f"{VENV}/bin/pip", "install", "--no-index", "--no-cache-dir", "--disable-pip-version-check"]
-            pip += ["--require-hashes", "--find-links", "/wheelhouse", "-r", "/lock/requirements.lock"]
-            if no_deps:
-                pip.append("--no-deps")
-            engine.run("exec", cid, *pip, what="pip install --no-index", timeout=1800)
+            if archive is not None and _probe(engine, cid) == archive.fits:
+                # The venv's own setuptools (ensurepip's) would be overwritten file by file by the archive's, which
+                # is the pinned one: it goes first, as pip would uninstall it before installing the pin.
+                drop = [f"{VENV}/bin/pip", "uninstall", "--yes", "--disable-pip-version-check", "setuptools"]
+                engine.run("exec", cid, *drop, what="pip uninstall the venv's setuptools")
+                site = f"{VENV}/{archive.site_packages}"
+                unpack = ["tar", "--zstd", "-xf", f"/deps/{archive.path.name}", "-C", site]
+                engine.run("exec", cid, *unpack, what="unpack the dependencies archive", timeout=1800)
+            else:
+                pip = [f"{VENV}/bin/pip", "install", "--no-index", "--no-cache-dir", "--disable-pip-version-check"]
+                pip += ["--require-hashes", "--find-links", "/wheelhouse", "-r", "/lock/requirements.lock"]
+                if no_deps:
+                    pip.append("--no-deps")
+                engine.run("exec", cid, *pip, what="pip install --no-index", timeout=1800)
             engine.run("kill", cid, check=False)
             changes = [
                 f"ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -162,6 +186,11 @@ def _install_layer(
             engine.run("rm", "-f", cid, check=False)
 
 
+def _probe(engine: Engine, cid: str) -> str:
+    """What :data:`PROBE` prints in the build container: the archive fits where it is the archive's ``fits``."""
+    return engine.run("exec", cid, "python3", "-c", PROBE, check=False, what="probe the interpreter").stdout.strip()
+
+
 def build_payload_image(
     engine: Engine,
     wheelhouse: Path,
@@ -169,8 +198,13 @@ def build_payload_image(
     *,
     base: str | None = None,
     rootfs: RootfsSpec | None = None,
+    deps_archive: DepsArchive | None = None,
 ) -> PayloadImage:
-    """Build (or reuse) the payload image for ``wheelhouse`` on the local ``engine``; tag = hash of its inputs."""
+    """Build (or reuse) the payload image for ``wheelhouse`` on the local ``engine``; tag = hash of its inputs.
+
+    ``deps_archive``: the wheelhouse's dependencies archive (:func:`~dlinfra.images.deps_archive.build_deps_archive`),
+    unpacked into the image where it fits its interpreter, as on every bm and vm target.
+    """
     lock = lock or wheelhouse / "requirements.lock"
     if not lock.is_file():
         raise DlinfraError(f"wheelhouse {wheelhouse} has no lock file {lock.name}", "build it with build_wheelhouse()")
@@ -184,10 +218,14 @@ def build_payload_image(
     base_ref = base_image(engine, base, rootfs)
     base_id = _image_id(engine, base_ref)
     lock_sha = hashlib.sha256(text.encode()).hexdigest()
-    deps_tag = f"{DEPS_REPO}:{cache_key({'base': base_id, 'deps': sorted(deps)})}"
+    archive_sha = deps_archive.sha256 if deps_archive is not None else None
+    deps_tag = f"{DEPS_REPO}:{cache_key({'base': base_id, 'deps': sorted(deps), 'archive': archive_sha})}"
     if not engine.exists("image", deps_tag):
         with building():
-            _install_layer(engine, base_ref, deps_tag, wheelhouse, deps, no_deps=False, labels={"dlinfra.kind": "deps"})
+            labels = {"dlinfra.kind": "deps"}
+            _install_layer(
+                engine, base_ref, deps_tag, wheelhouse, deps, no_deps=False, labels=labels, archive=deps_archive
+            )
     tag = f"{PAYLOAD_REPO}:{lock_sha[:16]}"
     if not engine.exists("image", tag):
         if own:

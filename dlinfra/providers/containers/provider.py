@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dlinfra.errors import DlinfraError, SpecError, TargetError
+from dlinfra.images.deps_archive import build_deps_archive
 from dlinfra.inventory import InventoryHost, match_pattern
 from dlinfra.orchestration.progress import phase
 from dlinfra.orchestration.runs_registry import RunClaim, claim, is_live, is_valid_label, live_runs
@@ -295,18 +296,20 @@ class ContainerProvider(Provider):
             self._record("engine", key=he.engine.label, **engine_where(he.engine))
             remove_run(he.engine, run_id)  # what a killed earlier run with this (explicit) run_id left
             self.hosts.append(he)
+        archive = None
         if opts.get("wheelhouse"):  # a prebuilt folder with requirements.lock (air-gapped sites, tests)
             wh_path = Path(str(opts["wheelhouse"]))
             wh_lock = wh_path / "requirements.lock"
         elif spec.wheelhouse is not None:
             wh_path, wh_lock = spec.wheelhouse.path, spec.wheelhouse.lock
+            archive = build_deps_archive(spec.wheelhouse)  # what the bm and vm targets unpack: the image too
         else:
             raise DlinfraError(f"layer {self.layer}: no wheelhouse to build the payload image from", "a bug")
         kinds = sorted({he.engine.kind for he in self.hosts})
         images: dict[str, str] = {}
         for kind in kinds:  # built and saved here; the up play loads it where it is missing (role payload_image)
             local = controller_engine(kind, artifacts_dir=self._artifacts)
-            built = build_payload_image(local, wh_path, wh_lock, base=opts.get("base_image"))
+            built = build_payload_image(local, wh_path, wh_lock, base=opts.get("base_image"), deps_archive=archive)
             images[kind] = built.tag
             for he in self.hosts:
                 if he.engine.kind != kind or he.engine.exists("image", built.tag):

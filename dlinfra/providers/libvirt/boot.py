@@ -3,9 +3,11 @@
 Why: on some machines ``/dev/kvm`` exists, libvirt's capabilities say KVM, QEMU
 starts the guest without complaint, and the guest kernel then spins forever
 (nested virtualisation missing a CPU feature; seen stopping right after
-"Probing EDD"). Only the guest's console tells. A healthy kernel under KVM
-reaches userspace in a few seconds; one that has not done so after
-:data:`KVM_STALL_S` never will. With ``emulation: allow`` the guest is then
+"Probing EDD"; on others it prints nothing at all). Only the guest's console
+tells. A healthy kernel under KVM prints its first lines within a second or
+two and reaches userspace in a few seconds; one that has printed nothing after
+:data:`KVM_SILENT_S`, or not reached userspace after :data:`KVM_STALL_S`,
+never will. With ``emulation: allow`` the guest is then
 restarted under QEMU TCG (and the verdict is remembered per host and kernel,
 so the next run does not wait again); with ``never`` the layer fails naming
 host, guest and what the console showed.
@@ -28,6 +30,8 @@ from dlinfra.cache import cache_root
 
 #: Seconds a guest under KVM may take to reach userspace before KVM is judged not to work here.
 KVM_STALL_S = 40.0
+#: Seconds a guest under KVM may print nothing at all on its console (a kernel booted directly prints at once).
+KVM_SILENT_S = 15.0
 
 #: Console lines that prove the kernel reached userspace (kernel messages, then systemd's).
 USERSPACE_MARKERS = (
@@ -87,8 +91,12 @@ def _printable(text: str) -> str:
 
 
 def kvm_stalled(watch: ConsoleWatch, started: float, now: float | None = None) -> bool:
-    """True when a KVM guest has had :data:`KVM_STALL_S` seconds and, as last polled, has not reached userspace."""
-    return not watch.in_userspace and (now if now is not None else time.monotonic()) - started >= KVM_STALL_S
+    """True when a KVM guest, as last polled, has not reached userspace after :data:`KVM_STALL_S` seconds, or
+    has printed nothing on its console after :data:`KVM_SILENT_S`."""
+    if watch.in_userspace:
+        return False
+    waited = (now if now is not None else time.monotonic()) - started
+    return waited >= KVM_STALL_S or (watch.offset == 0 and waited >= KVM_SILENT_S)
 
 
 # -- the per-host verdict, remembered so the next run goes straight to TCG ---------------------------------------

@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING
 from dlinfra.cache import building, cache_dir, keep_recent
 from dlinfra.errors import DlinfraError
 from dlinfra.images.deps_archive import PROBE, DepsArchive, build_deps_archive, install_own_wheel
-from dlinfra.images.rootfs import RootfsSpec, build_rootfs
+from dlinfra.images.rootfs import RootfsSpec, build_rootfs, rootfs_key
 from dlinfra.orchestration.progress import note
 
 if TYPE_CHECKING:
     from dlinfra.images.wheelhouse import Wheelhouse
 
 IMAGE_FORMAT_VERSION = 6  # bump when the customisation below changes: a new cache entry is built
+#: What a guest's rootfs holds; those the container image's rootfs lacks are installed into a copy of it.
 GUEST_PACKAGES = (
     "apparmor",  # the guest kernel enables AppArmor: dockerd then needs apparmor_parser for docker-default
     "ca-certificates",
@@ -302,6 +303,12 @@ def _newest(boot: Path, prefix: str) -> Path:
     return found[-1]
 
 
+def guest_rootfs(suite: str = "bookworm") -> RootfsSpec:
+    """The container image's rootfs, plus what only a guest needs: one shared root filesystem, built once."""
+    shared = RootfsSpec(suite=suite)
+    return RootfsSpec(suite=suite, include=tuple(sorted(set(GUEST_PACKAGES) - set(shared.include))), base=shared)
+
+
 def build_guest_image(
     suite: str = "bookworm",
     disk_gib: int = 8,
@@ -320,9 +327,9 @@ def build_guest_image(
     for tool in ("mkfs.ext4", "qemu-img", "tar", "systemctl"):
         if shutil.which(tool) is None:
             raise DlinfraError(f"{tool} is not installed", "apt-get install e2fsprogs qemu-utils systemd")
-    rootfs_spec = RootfsSpec(suite=suite, variant="minbase", include=GUEST_PACKAGES)
+    rootfs_spec = guest_rootfs(suite)
     inputs = {
-        "rootfs": rootfs_spec.__dict__ | {"include": sorted(GUEST_PACKAGES)},
+        "rootfs": rootfs_key(rootfs_spec),
         "disk_gib": disk_gib,
         "format": IMAGE_FORMAT_VERSION,
         "cmdline": KERNEL_CMDLINE,

@@ -165,9 +165,11 @@ def _guests_for(host: InventoryHost, options: dict[str, Any], host_count: int) -
 
 def _payload_docker_image(wheelhouse: Any) -> tuple[Any, str]:
     """The ctr-vm payload image, saved: the guest image then carries it in its own Docker store."""
+    from dlinfra.images.deps_archive import build_deps_archive
     from dlinfra.providers.containers.image import build_payload_image, save_image
     from dlinfra.providers.containers.provider import controller_engine
 
     engine = controller_engine("docker")
-    built = build_payload_image(engine, wheelhouse.path, wheelhouse.lock)
+    archive = build_deps_archive(wheelhouse)
+    built = build_payload_image(engine, wheelhouse.path, wheelhouse.lock, deps_archive=archive)
     return save_image(engine, built.tag), built.tag

@@ -38,7 +38,6 @@ from dlinfra.orchestration.runs_registry import RunClaim, claim
 from dlinfra.payload.cpuset import format_cpuset
 from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.libvirt.boot import (
-    KVM_STALL_S,
     ConsoleWatch,
     host_key,
     kvm_stalled,
@@ -501,7 +500,7 @@ class LibvirtProvider:
             self._wait_ssh(target, plan)
             return plan
         except _KvmStall as stall:
-            reason = f"no boot progress under KVM in {KVM_STALL_S:.0f} s ({stall.console})"
+            reason = f"no boot progress under KVM in {stall.waited:.0f} s ({stall.console})"
         if plan.spec.emulation != "allow" or plan.host_devices:
             raise TargetError(
                 f"{self.host}: guest {target.name} made {reason}",
@@ -556,8 +555,9 @@ class LibvirtProvider:
     def _wait_ssh(self, target: Target, plan: DomainPlan) -> None:
         """Wait until the guest answers SSH with exactly the host key we seeded (StrictHostKeyChecking yes).
 
-        Under KVM with a kernel we boot directly, the serial console is watched too: no userspace
-        after KVM_STALL_S seconds raises :class:`_KvmStall`.
+        Under KVM with a kernel we boot directly, the serial console is watched too: a guest that shows no
+        boot progress (:func:`kvm_stalled`), or has not reached userspace when ``boot_timeout`` ends first,
+        raises :class:`_KvmStall`: the verdict is KVM's, not a timeout's.
         """
         started = time.monotonic()
         deadline = started + self.boot_timeout
@@ -580,7 +580,7 @@ class LibvirtProvider:
                 accel = "KVM" if plan.virt_type == "kvm" else "QEMU TCG"
                 note(f"waiting for guest {target.name} ({accel}) to answer SSH at {target.address}; {watch.shows}")
                 if check_stall and kvm_stalled(watch, started):
-                    raise _KvmStall(watch.shows)
+                    raise _KvmStall(watch.shows, time.monotonic() - started)
             dom = self.conn.lookupByName(plan.domain_name)
             if not dom.isActive():
                 raise TargetError(f"{self.host}: guest {target.name} stopped while booting", console())
@@ -601,6 +601,8 @@ class LibvirtProvider:
                     "someone else holds that address; check the network",
                 )
             time.sleep(2)
+        if check_stall and watch is not None and not watch.in_userspace:
+            raise _KvmStall(watch.shows, time.monotonic() - started)
         raise TargetError(
             f"{self.host}: guest {target.name} did not answer SSH at {target.address} within "
             f"{self.boot_timeout:.0f} s ({last or 'port closed'})",
@@ -633,11 +635,11 @@ class LibvirtProvider:
 
 
 class _KvmStall(Exception):
-    """The guest made no boot progress under KVM; ``console`` is what its console showed."""
+    """The guest made no boot progress under KVM in ``waited`` seconds; ``console`` is what its console showed."""
 
-    def __init__(self, console: str) -> None:
+    def __init__(self, console: str, waited: float) -> None:
         super().__init__(console)
-        self.console = console
+        self.console, self.waited = console, waited
 
 
 def _disk_format(path: Path) -> str:
