@@ -3,10 +3,11 @@
 TensorFlow's autograph writes one generated source file per converted function into the temporary
 directory and removes them in an ``atexit`` hook. The payload leaves through ``os._exit`` (see
 :mod:`dlinfra.payload.__main__`), which skips those hooks, so every run left its files behind: 2,454 of
-them in ``/tmp`` of one test machine after a day. Each process now writes into one directory named for the
-payload, which :func:`leave` removes before it exits. A process stopped by a signal (a cell's timeout, a
-stopped cell) cannot remove it: the launcher sets ``TMPDIR`` to the cell's run folder, so it is left there,
-where the cell's next prepare or a teardown removes it, not in the host's ``/tmp``.
+them in the temporary directory of one test machine after a day. Each process now writes into one
+directory named for the payload, which :func:`leave` removes before it exits. A process stopped by a
+signal (a cell's timeout, a stopped cell) cannot remove it: the launcher sets ``TMPDIR`` to the cell's
+run folder, so it is left there, where the cell's next prepare or a teardown removes it, not in the
+host's temporary directory.
 """
 
 from __future__ import annotations

@@ -180,7 +180,8 @@ def test_dead_host_fails_its_cell_only_and_resume_finishes(deployed, tmp_path: P
 
 def test_a_payload_stopped_by_its_cell_timeout_leaves_its_temporary_folder_in_its_run_folder(deployed) -> None:
     """A payload killed by a signal cannot remove its temporary folder (dlinfra.payload.scratch): the launcher
-    points it into the cell's run folder, which the next prepare or a teardown removes, not the host's /tmp."""
+    points it into the cell's run folder, which the next prepare or a teardown removes, not the host's temporary
+    directory."""
     import tempfile
 
     from dlinfra.orchestration.cells import Cell, plan
