@@ -416,6 +416,17 @@ class Launcher:
     ) -> int | None:
         """Run folders and free ports for a distributed cell, one round trip on all targets at once; for a single
         cell, only proof that its link is alive (its process makes its own run folder)."""
+        if cell.mode == "single":
+            # One process, no port: its own command makes its run folder (process_groups.wrapped), a round trip
+            # fewer. What is left is to prove that the pooled link still opens a channel (bounded): a link that
+            # died since the last cell then fails here, where it is retried fresh, and not as the payload starts,
+            # where whether it started would be unknown.
+            (conn, _), (process,) = conns[0], processes
+            try:
+                conn.check()
+            except LinkLost as exc:
+                raise TargetError(f"host {process.target.name}: cannot prepare the run: {exc.cause}") from None
+            return None
         per_target: dict[str, list[int]] = {}
         for i, p in enumerate(processes):
             per_target.setdefault(p.target.name, []).append(i)
@@ -426,16 +437,6 @@ class Launcher:
         def prepare_one(indices: list[int]) -> list[int]:
             first = processes[indices[0]]
             conn = conns[indices[0]][0]
-            if cell.mode == "single":
-                # One process, no port: its own command makes its run folder (process_groups.wrapped), a round
-                # trip fewer. What is left is to prove that the pooled link still opens a channel (bounded): a
-                # link that died since the last cell then fails here, where it is retried fresh, and not as the
-                # payload starts, where whether it started would be unknown.
-                try:
-                    conn.check()
-                except LinkLost as exc:
-                    raise TargetError(f"host {first.target.name}: cannot prepare the run: {exc.cause}") from None
-                return []
             hosts_chief = chief_like is not None and chief_like in [processes[i] for i in indices]
             need = len(indices) + (1 if hosts_chief else 0)  # its processes' ports, and the control port
             run_dir = self._run_dir(first, cell, repeat)
