@@ -40,7 +40,7 @@ def run(run: Any, dataset: DataSet | None) -> None:
     elif run.cluster is None:
         run.devices = _devices()
         plan = _plan(run, w, dataset)
-        run.progress = training.Progress()
+        run.progress = training.Progress(phases=run.phases)
         run.final_accuracy = training.train_single(plan, run.progress)
         _finish_extra(run, plan)
     elif run.args.mode == "sync":
@@ -101,7 +101,7 @@ def _finish_extra(run: Any, plan: training.TrainPlan) -> None:
             learning_rate=plan.learning_rate,
             data_source=plan.data.source,
             train_examples=len(plan.data.x_train),
-            test_examples=len(plan.data.x_test),
+            test_examples=len(plan.data.x_test) if plan.held_out else 0,  # what the accuracy was measured on
         )
         if "generated" in plan.data.notes:  # what the generator wrote: a generated set, not a real collection
             run.extra["data_generated"] = plan.data.notes["generated"]
@@ -129,7 +129,7 @@ def _kernel(run: Any, w: Workload) -> None:
     a = run.args
     run.devices = _devices()
     kernel = kernels.build(w.name, a.size or w.size, a.cell, a.stride)
-    progress = training.Progress()
+    progress = training.Progress(phases=run.phases)
     run.progress = progress
     run.batch_size = kernel.batch
     training.mark_ready(a.ready_file)
@@ -214,7 +214,7 @@ def _sync_workers(run: Any) -> Iterator[tf.distribute.Strategy]:
 def _sync(run: Any, w: Workload, dataset: DataSet | None) -> None:
     with _sync_workers(run) as strategy:
         plan = _plan(run, w, dataset)
-        run.progress = training.Progress()
+        run.progress = training.Progress(phases=run.phases)
         run.final_accuracy = training.train_sync(plan, run.progress, strategy)
         _finish_extra(run, plan)
 
@@ -227,7 +227,7 @@ def _allreduce(run: Any, w: Workload) -> None:
     a = run.args
     with _sync_workers(run) as strategy:
         sizes = kernels.message_sizes(a.size or w.size)
-        progress = training.Progress()
+        progress = training.Progress(phases=run.phases)
         run.progress = progress
         run.batch_size = None
         training.mark_ready(a.ready_file)
@@ -252,7 +252,7 @@ def _ps(run: Any, w: Workload, dataset: DataSet | None) -> None:
     strategy = tf.distribute.ParameterServerStrategy(_resolver())
     run.devices = _devices()
     plan = _plan(run, w, dataset)
-    run.progress = training.Progress()
+    run.progress = training.Progress(phases=run.phases)
     run.final_accuracy = training.train_ps(plan, run.progress, strategy)
     _finish_extra(run, plan)
     run.extra["workers"] = len(c.jobs.get("worker", []))

@@ -40,6 +40,21 @@ def process_start() -> float:
             return time.time()
 
 
+class Phases:
+    """How long each phase of a run took, in seconds, so a record says where a cell's time went
+    beyond its measured steps (under emulation the interpreter's start and TensorFlow's import can outlast the
+    training). A phase is named when it ends; the first one starts with the process."""
+
+    def __init__(self, started: float) -> None:
+        self._last = started
+        self.durations: dict[str, float] = {}
+
+    def end(self, name: str) -> None:
+        now = time.time()
+        self.durations[name] = round(self.durations.get(name, 0.0) + now - self._last, 3)
+        self._last = now
+
+
 def utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from dlinfra.payload import affinity, cluster, data, scratch
 from dlinfra.payload.errors import PayloadError, PeerLost
-from dlinfra.payload.measure import SystemSampler, process_start
+from dlinfra.payload.measure import Phases, SystemSampler, process_start
 from dlinfra.payload.record_builder import Context, RecordSink, build
 from dlinfra.payload.workloads import Workload, get
 from dlinfra.record import Metrics, StepTimes
@@ -32,6 +32,7 @@ class Run:
     def __init__(self, args: argparse.Namespace, out: Any) -> None:
         self.args = args
         self.started = process_start()
+        self.phases = Phases(self.started)
         self.sink = RecordSink(args.out, out)
         self.ctx = Context()
         self.role = "single" if args.mode == "single" else (args.role or "worker")
@@ -84,6 +85,8 @@ class Run:
         p = self.progress
         m = Metrics(batch_size=self.batch_size, extra=dict(self.extra))
         m.elapsed_s = round(time.time() - self.started, 4)
+        self.phases.end("finish")
+        m.extra["phases_s"] = dict(self.phases.durations)
         if self.sampler is not None:
             m.system = self.sampler.stop()
         m.global_step = self.global_step
@@ -178,7 +181,10 @@ def execute(args: argparse.Namespace, out: Any) -> int:
         dataset = _load_data(run, run.workload)
         run.sampler = SystemSampler(run.started).start()
         affinity.configure_tf(bool(args.cpus), len(cpu_set))
+        run.phases.end("start")  # the interpreter, the payload's own imports, pinning and the data set
         from dlinfra.payload import dispatch  # late: it imports TensorFlow, which must load after pinning
+
+        run.phases.end("import")
 
         dispatch.run(run, dataset)
     except PayloadError as exc:

@@ -69,11 +69,16 @@ def check_trained(record: RunRecord, steps: int, batch: int) -> None:
     assert m.measured_steps == steps and m.step_times.count == steps and m.global_step == steps + m.warmup_steps
     assert m.batch_size == batch and m.examples_per_sec and m.examples_per_sec > 0
     assert m.step_times.median and m.step_times.median > 0
-    if record.metrics.extra["data_source"] != "synthetic" or record.provenance.workload in ("mnist-dnn", "logreg"):
+    if record.metrics.extra["data_source"] != "synthetic":
         assert m.final_accuracy is not None and 0.0 <= m.final_accuracy <= 1.0
-    else:
-        assert m.final_accuracy is None  # no accuracy on random images
+    else:  # random inputs and labels score chance: not evaluated
+        assert m.final_accuracy is None and m.extra["test_examples"] == 0
     assert m.system and m.system[-1].rss_bytes > 50 * 2**20  # TF is loaded: tens of MiB at least
+    # where the elapsed time went, phase by phase, adding up to it
+    phases = m.extra["phases_s"]
+    assert set(phases) == {"start", "import", "build", "warmup", "measure", "evaluate", "finish"}
+    assert all(v >= 0 for v in phases.values()) and abs(sum(phases.values()) - m.elapsed_s) < 0.01
+    assert phases["measure"] >= m.extra["measured_wall_s"] * 0.99
 
 
 @pytest.mark.slow
