@@ -155,10 +155,25 @@ class BroughtUp:
     placeholders: dict[str, list[Target]] = field(default_factory=dict)
 
     def down(self) -> None:
-        """Take every layer down, stacked layers first; one failing teardown does not stop the others."""
-        for provider in reversed(self.providers):
-            _tear_down(provider, f"{provider.layer}: tear down")
-        self.providers = []
+        """Take every layer down side by side, as they came up, each once the layers stacked on it are down
+        (a guest's containers before the guest); one failing teardown does not stop the others."""
+        providers, self.providers = self.providers, []
+        down = {p.layer: threading.Event() for p in providers}
+
+        def one(provider: Provider) -> None:
+            try:
+                for above in providers:
+                    if above.layers[above.layer] == provider.layer:
+                        down[above.layer].wait()
+                _tear_down(provider, f"{provider.layer}: tear down")
+            finally:
+                down[provider.layer].set()
+
+        threads = [threading.Thread(target=one, args=(p,), name=f"dlinfra-down-{p.layer}") for p in providers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
 
 def _tear_down(provider: Provider, name: str) -> None:

@@ -34,8 +34,11 @@ def _spec(tmp_path: Path, layers: str) -> object:
     return load_spec(path)
 
 
-def _stand_ins(monkeypatch: pytest.MonkeyPatch, create: Callable[[str], None]) -> dict[str, list[str]]:
-    """Every layer's provider becomes one whose create() runs ``create(layer)``; returns what each did."""
+def _stand_ins(
+    monkeypatch: pytest.MonkeyPatch, create: Callable[[str], None], delete: Callable[[str], None] = lambda layer: None
+) -> dict[str, list[str]]:
+    """Every layer's provider becomes one whose create() runs ``create(layer)`` and whose delete() runs
+    ``delete(layer)``; returns what each did."""
     log: dict[str, list[str]] = {}
 
     class StandIn(Provider):
@@ -49,6 +52,7 @@ def _stand_ins(monkeypatch: pytest.MonkeyPatch, create: Callable[[str], None]) -
             return [Target(self.layer, f"{self.layer}@h1", "h1", "10.0.0.1")]
 
         def delete(self) -> None:
+            delete(self.layer)
             log.setdefault(self.layer, []).append("down")
 
     monkeypatch.setattr(campaign, "provider_for", lambda layer, options=None: StandIn)
@@ -74,6 +78,27 @@ def test_a_stacked_layer_starts_after_its_base_is_up(tmp_path: Path, monkeypatch
     assert float(log["ctr-vm"][0].split()[1]) >= vm_created, log
     up.down()
     assert log["ctr-vm"][-1] == "down" and log["vm"][-1] == "down"
+
+
+def test_layers_come_down_side_by_side_and_a_stacked_layer_before_its_base(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    both = threading.Barrier(2, timeout=20)  # broken if ctr's teardown waited for ctr-vm's, or the reverse
+    order: list[str] = []
+
+    def delete(layer: str) -> None:
+        if layer in ("ctr", "ctr-vm"):
+            both.wait()
+        if layer == "ctr-vm":
+            time.sleep(0.3)  # the guests' containers are slow to go: the guest still waits for them
+        order.append(layer)
+
+    log = _stand_ins(monkeypatch, lambda layer: None, delete)
+    up = campaign.bring_up(_spec(tmp_path, "[ctr, vm, ctr-vm]"), HOSTS, tmp_path / "hosts.yml", tmp_path / "art")
+    up.down()
+    assert all(log[layer][-1] == "down" for layer in ("ctr", "vm", "ctr-vm")), log
+    assert order.index("ctr-vm") < order.index("vm"), order
+    assert up.providers == []
 
 
 def test_a_bad_layer_stops_the_others_and_everything_is_taken_down(
