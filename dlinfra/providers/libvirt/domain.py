@@ -56,13 +56,6 @@ class DomainPlan:
         return self.virt_type == "qemu"
 
 
-#: Kernel options of a guest booted under QEMU TCG, never under KVM (they would change what is measured): a
-#: periodic tick and expedited RCU grace periods. Without them a 1-vCPU guest under TCG sat idle far longer than
-#: asked: a payload's exit, or TensorFlow's teardown, took 18-37 s of a 150 s mnist-dnn cell on a 2-core machine;
-#: with them the cell took 106 s, 1.4 s more than the payload's own elapsed time.
-TCG_CMDLINE = "nohz=off rcupdate.rcu_expedited=1"
-
-
 def vcpu_pins(spec: GuestSpec) -> list[str]:
     """Host cpuset of each vCPU: the i-th CPU of ``cpuset`` when there are enough, else the whole set."""
     if not spec.cpuset:
@@ -98,7 +91,7 @@ def domain_vars(plan: DomainPlan) -> dict[str, Any]:
         "seed_path": plan.seed_path or "",
         "kernel": plan.kernel or "",
         "initrd": plan.initrd or "",
-        "cmdline": " ".join(filter(None, (plan.cmdline, TCG_CMDLINE if plan.emulated and plan.cmdline else ""))),
+        "cmdline": plan.cmdline or "",
         "host_devices": [str(address) for address in plan.host_devices],
         "serial_log": plan.serial_log or "",
         "metadata": dict(plan.extra_metadata),
