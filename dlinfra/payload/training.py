@@ -89,10 +89,6 @@ class Progress:
     #: The run's phase log: the loop ends "build" (everything since TensorFlow's import), "warmup", "measure"
     #: and "evaluate" (the final held-out accuracy).
     phases: Phases = field(default_factory=lambda: Phases(time.time()))
-    #: What the training made (model, iterators, functions), held until the process leaves: their teardown
-    #: stops tf.data's threads, is no part of the run, and once took 18 s of a cell under QEMU emulation
-    #: (the payload leaves through ``os._exit``, which skips it).
-    held: list[Any] = field(default_factory=list)
 
     def loss_points(self) -> list[SeriesPoint]:
         points = []
@@ -251,7 +247,6 @@ def train_single(plan: TrainPlan, progress: Progress) -> float | None:
 
     progress.examples_per_step = plan.batch_size
     evaluate = Evaluator(model, plan)
-    progress.held.extend((model, optimizer, iterator, train_step, evaluate))
     _loop(plan, progress, lambda: train_step(iterator), evaluate)
     return _finish_accuracy(progress, evaluate)
 
@@ -300,7 +295,6 @@ def train_sync(plan: TrainPlan, progress: Progress, strategy: tf.distribute.Stra
     progress.extra["global_batch_size"] = global_batch
     progress.extra["replicas"] = replicas
     evaluate = Evaluator(model, plan)
-    progress.held.extend((model, iterator, train_step, evaluate))
     _loop(plan, progress, lambda: train_step(iterator), evaluate, agree=agree)
     return _finish_accuracy(progress, evaluate, agree=agree)
 
@@ -349,7 +343,6 @@ def train_ps(plan: TrainPlan, progress: Progress, strategy: tf.distribute.Strate
 
     progress.examples_per_step = plan.batch_size
     evaluate = Evaluator(model, plan)
-    progress.held.extend((model, iterator, worker_step, evaluate))
     _loop(plan, progress, None, evaluate, chunked=chunked)
     progress.global_step = int(global_step.numpy())
     return _finish_accuracy(progress, evaluate)
