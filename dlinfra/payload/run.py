@@ -180,8 +180,8 @@ def execute(args: argparse.Namespace, out: Any) -> int:
         cpu_set = affinity.pin(args.cpus)
         dataset = _load_data(run, run.workload)
         run.sampler = SystemSampler(run.started).start()
-        affinity.configure_tf(bool(args.cpus), len(cpu_set))
         run.phases.end("start")  # the interpreter, the payload's own imports, pinning and the data set
+        affinity.configure_tf(bool(args.cpus), len(cpu_set))  # the first to import TensorFlow
         from dlinfra.payload import dispatch  # late: it imports TensorFlow, which must load after pinning
 
         run.phases.end("import")

@@ -78,7 +78,7 @@ def check_trained(record: RunRecord, steps: int, batch: int) -> None:
     phases = m.extra["phases_s"]
     assert set(phases) == {"start", "import", "build", "warmup", "measure", "evaluate", "finish"}
     assert all(v >= 0 for v in phases.values()) and abs(sum(phases.values()) - m.elapsed_s) < 0.01
-    assert phases["measure"] >= m.extra["measured_wall_s"] * 0.99
+    assert phases["measure"] >= m.extra["measured_wall_s"] - 0.0005  # phases are rounded to the millisecond
 
 
 @pytest.mark.slow
