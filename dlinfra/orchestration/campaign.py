@@ -40,7 +40,7 @@ from dlinfra.orchestration.progress import current_console, phase, say, use_cons
 from dlinfra.orchestration.runs_registry import set_campaign
 from dlinfra.orchestration.spec import CampaignSpec, RunInput
 from dlinfra.orchestration.sweep import sweep_dead_runs
-from dlinfra.orchestration.testbed_facts import describe_targets
+from dlinfra.orchestration.testbed_facts import gather_metadata
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.registry import provider_for, provider_name, stacks_on
 from dlinfra.results.store import CellOutcome, ResultsStore
@@ -455,8 +455,9 @@ def record_campaign(store: ResultsStore, cid: str, spec: CampaignSpec) -> None:
 
 
 class LayerDeploys:
-    """Deploys the payload to a layer (or with ``skip_deploy`` only verifies it) and ships the data sets its
-    cells read, as soon as the layer is up: :func:`bring_up` calls it on the layer's own thread.
+    """Deploys the payload to a layer (or with ``skip_deploy`` only verifies it), ships the data sets its
+    cells read and gathers its targets' testbed metadata, as soon as the layer is up: :func:`bring_up` calls
+    it on the layer's own thread.
 
     Why then: the other layers are still coming up (an image load, a guest boot), so the deploy costs the
     campaign no wall time of its own; one after the other, the bare-metal deploy of ``campaigns/bm-vs-ctr.yml``
@@ -486,6 +487,9 @@ class LayerDeploys:
         #: Seconds spent deploying and shipping (on bring-up threads, so not all of it is campaign wall time),
         #: and the tasks Ansible changed deploying and shipping data.
         self.seconds, self.changed, self.data_changed = 0.0, 0, 0
+        #: Each deployed target's testbed metadata (rows of the store's ``targets`` table), gathered after its
+        #: layer's deploy; the campaign stores those of the targets its cells use.
+        self.metadata: list[dict[str, Any]] = []
         self._one_at_a_time = threading.Lock()
 
     def __call__(self, layer: str, targets: list[Target]) -> None:
@@ -509,8 +513,21 @@ class LayerDeploys:
                 self.failures.append(LayerFailure(layer, "deploy", _one_line(exc)))
             finally:
                 self.seconds += time.monotonic() - started
-        if self.connect is not None and not any(f.layer == layer for f in self.failures):
+        if any(f.layer == layer for f in self.failures):
+            return
+        if self.connect is not None:
             self.connect(chosen)
+        self._describe(layer, chosen)
+
+    def _describe(self, layer: str, targets: list[Target]) -> None:
+        """The layer's testbed metadata, best effort: a layer that cannot be described still runs its cells."""
+        with self._one_at_a_time:
+            try:
+                self.metadata += gather_metadata(layer, targets, self.artifacts)
+            except (SpecError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # noqa: BLE001 - metadata is context, never a reason to lose cells
+                say(f"  [yellow]metadata:[/yellow] {layer}: {_one_line(exc)} (its targets are left out)")
 
     def _deploy(self, layer: str, targets: list[Target], todo: list[tuple[Cell, int]]) -> None:
         with phase(f"{layer}: deploy the payload", f"to {len(targets)} target(s)"):
@@ -573,9 +590,7 @@ def _measure(
         unusable.update({t.name: str(failure) for t in up.targets[failure.layer]})
     result.layer_failures += deploys.failures
     used = {name for cell, _ in todo for name in cell.targets if name not in unusable}
-    describe_targets(
-        store, cid, {layer: [t for t in ts if t.name in used] for layer, ts in up.targets.items()}, artifacts
-    )
+    store.store_targets(cid, [entry for entry in deploys.metadata if entry["target"] in used])
 
     by_name = {t.name: t for ts in up.targets.values() for t in ts}
     cell_times: list[float] = []
