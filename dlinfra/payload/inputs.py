@@ -1,4 +1,12 @@
-"""tf.data input pipelines over a :class:`DataSet`: the same pipeline in every mode."""
+"""tf.data input pipelines over a :class:`DataSet`: the same pipeline in every mode, with fixed settings.
+
+Why not tf.data's autotuning: its model thread re-plans the pipeline on a doubling period (10 ms up to a
+minute), competing with training for the cores during the measurement, and an iterator destroyed between two
+of its passes waits for the next one: a run of mnist-dnn on bare metal whose measurement ended 61 s after its
+pipeline started sat idle for 21 s before writing its record (to the pass at 82 s), and the guest's runs for
+18-41 s. Fixed parallelism (the cores this process may use) and a fixed prefetch depth give every layer the
+same pipeline, with nothing of its own running in the background.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +16,23 @@ import numpy as np
 import tensorflow as tf
 
 from dlinfra.payload.data import DataSet
+from dlinfra.payload.identity import cpu_set
 
 EVAL_BATCH = 500
+#: Batches prepared ahead of the step that needs them.
+PREFETCH_BATCHES = 2
+
+
+def untuned(ds: tf.data.Dataset) -> tf.data.Dataset:
+    """``ds`` without tf.data's autotuning (see the module's docstring), so without its model thread."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return ds.with_options(options)
+
+
+def _parallel_calls() -> int:
+    """Decoders running side by side: one per core this process may use (it may be pinned)."""
+    return len(cpu_set())
 
 
 def _decoder(image_size: int) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
@@ -30,18 +53,18 @@ def train_dataset(
         if len(x) < batch:
             reps = -(-batch // len(x))
             x, y = np.concatenate([x] * reps)[:batch], np.concatenate([y] * reps)[:batch]
-        return tf.data.Dataset.from_tensors((x, y)).repeat()
+        return untuned(tf.data.Dataset.from_tensors((x, y)).repeat())
     ds = tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train))
     if shard is not None:
         ds = ds.shard(shard[0], shard[1])
     ds = ds.shuffle(min(len(data.x_train), 10_000)).repeat()
     if data.files:
-        ds = ds.map(_decoder(image_size), num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+        ds = ds.map(_decoder(image_size), num_parallel_calls=_parallel_calls())
+    return untuned(ds.batch(batch, drop_remainder=True).prefetch(PREFETCH_BATCHES))
 
 
 def eval_dataset(data: DataSet, image_size: int = 0) -> tf.data.Dataset:
     ds = tf.data.Dataset.from_tensor_slices((data.x_test, data.y_test))
     if data.files:
-        ds = ds.map(_decoder(image_size), num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.batch(EVAL_BATCH).prefetch(tf.data.AUTOTUNE)
+        ds = ds.map(_decoder(image_size), num_parallel_calls=_parallel_calls())
+    return untuned(ds.batch(EVAL_BATCH).prefetch(PREFETCH_BATCHES))

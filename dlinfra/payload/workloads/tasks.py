@@ -77,7 +77,7 @@ def build(w: Workload, dims: Dims, data: DataSet | None, seed: int, fixed: bool)
 
     def dataset(batch: int, shard: tuple[int, int] | None) -> tf.data.Dataset:
         # Every worker trains on the same fixed batch: sharding synthetic data would change nothing.
-        return tf.data.Dataset.from_tensors(synthetic_batch(spec, batch, seed)).repeat()
+        return inputs.untuned(tf.data.Dataset.from_tensors(synthetic_batch(spec, batch, seed)).repeat())
 
     return Built(model, loss, dataset, after)
 
