@@ -4,8 +4,8 @@ Why not tf.data's autotuning: its model thread re-plans the pipeline on a doubli
 minute), competing with training for the cores during the measurement, and an iterator destroyed between two
 of its passes waits for the next one: a run of mnist-dnn on bare metal whose measurement ended 61 s after its
 pipeline started sat idle for 21 s before writing its record (to the pass at 82 s), and the guest's runs for
-18-41 s. Fixed parallelism (the cores this process may use) and a fixed prefetch depth give every layer the
-same pipeline, with nothing of its own running in the background.
+18-41 s. Fixed parallelism (the cores this process may use) and a prefetch that sizes its own buffer give every
+layer the same pipeline, with nothing of its own running in the background.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from dlinfra.payload.data import DataSet
 from dlinfra.payload.identity import cpu_set
 
 EVAL_BATCH = 500
-#: Batches prepared ahead of the step that needs them.
-PREFETCH_BATCHES = 2
+#: Batches prepared ahead of the step that needs them: with autotuning off, the prefetch sizes its own buffer
+#: (it grows it while the step waits, in the prefetch's own thread; no model thread); it ran mnist-dnn as fast
+#: as a fixed depth of 2 or the autotuner did, within the machine's noise.
+PREFETCH_BUFFER = tf.data.AUTOTUNE
 
 
 def untuned(ds: tf.data.Dataset) -> tf.data.Dataset:
@@ -60,11 +62,11 @@ def train_dataset(
     ds = ds.shuffle(min(len(data.x_train), 10_000)).repeat()
     if data.files:
         ds = ds.map(_decoder(image_size), num_parallel_calls=_parallel_calls())
-    return untuned(ds.batch(batch, drop_remainder=True).prefetch(PREFETCH_BATCHES))
+    return untuned(ds.batch(batch, drop_remainder=True).prefetch(PREFETCH_BUFFER))
 
 
 def eval_dataset(data: DataSet, image_size: int = 0) -> tf.data.Dataset:
     ds = tf.data.Dataset.from_tensor_slices((data.x_test, data.y_test))
     if data.files:
         ds = ds.map(_decoder(image_size), num_parallel_calls=_parallel_calls())
-    return untuned(ds.batch(EVAL_BATCH).prefetch(PREFETCH_BATCHES))
+    return untuned(ds.batch(EVAL_BATCH).prefetch(PREFETCH_BUFFER))
