@@ -88,6 +88,7 @@ def test_provider_up_exec_pair_and_down(kind: str, testbed, tiny_wheelhouse: Pat
         targets = provider.up(LayerSpec("ctr", hosts, inventory, options=opts))
         assert provider.up(LayerSpec("ctr", hosts, inventory, options=opts)) is targets  # idempotent
         assert [t.physical_host for t in targets] == [h.name for h in hosts]
+        image_tag = targets[0].details["image"]
         for target, host in zip(targets, hosts, strict=True):
             assert target.layer == "ctr" and target.provider == kind and target.python == "/opt/dlinfra/venv/bin/python"
             addrs = json.loads(_ssh_exec(target, [target.python, "-c", ADDRS]))
@@ -126,17 +127,11 @@ def test_provider_up_exec_pair_and_down(kind: str, testbed, tiny_wheelhouse: Pat
         if engine.kind == "docker":
             assert engine.run("images", "-q").stdout.strip() == ""  # the image it loaded is gone too
             stop_dockerd(engine.netns)
-    assert local.exists("image", provider_image_tag(tiny_wheelhouse))  # the controller's build cache stays
+    assert local.exists("image", image_tag)  # the controller's build cache stays
 
 
 def _engine_of(provider, host: str) -> Engine:
     return next(he.engine for he in provider.hosts if he.host == host)
-
-
-def provider_image_tag(wheelhouse: Path) -> str:
-    import hashlib
-
-    return f"dlinfra-payload:{hashlib.sha256((wheelhouse / 'requirements.lock').read_bytes()).hexdigest()[:16]}"
 
 
 def test_engine_over_ssh_checks_loads_runs_and_cleans(testbed, docker: Engine, docker_tiny) -> None:

@@ -226,7 +226,9 @@ def build_payload_image(
             _install_layer(
                 engine, base_ref, deps_tag, wheelhouse, deps, no_deps=False, labels=labels, archive=deps_archive
             )
-    tag = f"{PAYLOAD_REPO}:{lock_sha[:16]}"
+    # Keyed by the layer it sits on too: one lock over a pip-installed dependencies layer (no archive) and over
+    # the unpacked archive are two images, and reusing the one for the other broke the identical-payload proof.
+    tag = f"{PAYLOAD_REPO}:{cache_key({'lock': lock_sha, 'deps': deps_tag})}"
     if not engine.exists("image", tag):
         if own:
             labels = {"dlinfra.kind": "payload", "dlinfra.lock_sha256": lock_sha}
