@@ -40,7 +40,7 @@ from dlinfra.orchestration.progress import current_console, phase, say, use_cons
 from dlinfra.orchestration.runs_registry import set_campaign
 from dlinfra.orchestration.spec import CampaignSpec, RunInput
 from dlinfra.orchestration.sweep import sweep_dead_runs
-from dlinfra.orchestration.testbed_facts import gather_metadata
+from dlinfra.orchestration.testbed_facts import gather_facts, metadata_rows
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.registry import provider_for, provider_name, stacks_on
 from dlinfra.results.store import CellOutcome, ResultsStore
@@ -464,7 +464,8 @@ class LayerDeploys:
     waited 39 s on a fresh testbed for the containers' bring-up (mostly the image's load into the testbed's
     dockerd). A layer's cells (and so the targets they use, the data sets they read, whether they run
     sysbench) depend on no other layer's targets. One deploy runs at a time: two would split the
-    controller's cores, and the layers of a host share its folders. A layer that fails is recorded in
+    controller's cores, and the layers of a host share its folders; the layer's facts are read beside its own
+    deploy (on a guest both run Ansible modules under emulation: 12-15 s each). A layer that fails is recorded in
     ``failures`` (its cells are stored as failed), never raised.
     """
 
@@ -487,8 +488,8 @@ class LayerDeploys:
         #: Seconds spent deploying and shipping (on bring-up threads, so not all of it is campaign wall time),
         #: and the tasks Ansible changed deploying and shipping data.
         self.seconds, self.changed, self.data_changed = 0.0, 0, 0
-        #: Each deployed target's testbed metadata (rows of the store's ``targets`` table), gathered after its
-        #: layer's deploy; the campaign stores those of the targets its cells use.
+        #: Each deployed target's testbed metadata (rows of the store's ``targets`` table), read while its layer
+        #: deploys; the campaign stores those of the targets its cells use.
         self.metadata: list[dict[str, Any]] = []
         self._one_at_a_time = threading.Lock()
 
@@ -503,6 +504,10 @@ class LayerDeploys:
         chosen = [t for t in targets if t.name in used]
         if not chosen:
             return
+        # The layer's testbed metadata is read while its payload deploys: neither needs the other.
+        facts: dict[str, dict[str, Any]] = {}
+        reader = threading.Thread(target=self._read_facts, args=(layer, chosen, facts), daemon=True)
+        reader.start()
         with self._one_at_a_time:
             started = time.monotonic()
             try:
@@ -513,21 +518,19 @@ class LayerDeploys:
                 self.failures.append(LayerFailure(layer, "deploy", _one_line(exc)))
             finally:
                 self.seconds += time.monotonic() - started
+        reader.join()
         if any(f.layer == layer for f in self.failures):
             return
         if self.connect is not None:
             self.connect(chosen)
-        self._describe(layer, chosen)
+        self.metadata.extend(metadata_rows(chosen, facts))  # rows after the deploy: they carry its identity
 
-    def _describe(self, layer: str, targets: list[Target]) -> None:
-        """The layer's testbed metadata, best effort: a layer that cannot be described still runs its cells."""
-        with self._one_at_a_time:
-            try:
-                self.metadata += gather_metadata(layer, targets, self.artifacts)
-            except (SpecError, KeyboardInterrupt):
-                raise
-            except Exception as exc:  # noqa: BLE001 - metadata is context, never a reason to lose cells
-                say(f"  [yellow]metadata:[/yellow] {layer}: {_one_line(exc)} (its targets are left out)")
+    def _read_facts(self, layer: str, targets: list[Target], into: dict[str, dict[str, Any]]) -> None:
+        """The layer's targets' facts, best effort: a layer that cannot be described still runs its cells."""
+        try:
+            into.update(gather_facts(layer, targets, self.artifacts))
+        except Exception as exc:  # noqa: BLE001 - metadata is context, never a reason to lose cells
+            say(f"  [yellow]metadata:[/yellow] {layer}: {_one_line(exc)} (its targets are left out)")
 
     def _deploy(self, layer: str, targets: list[Target], todo: list[tuple[Cell, int]]) -> None:
         with phase(f"{layer}: deploy the payload", f"to {len(targets)} target(s)"):

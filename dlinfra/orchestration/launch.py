@@ -141,11 +141,11 @@ class Launcher:
         self._registry_lock = threading.Lock()
 
     def connect(self, targets: list[Target]) -> None:
-        """Open each target's first link ahead of its first cell (which then reuses it); a target that cannot
-        be reached now is left to its cells, which retry and say why."""
+        """Open each target's first link, and its file session, ahead of its first cell (which then reuses
+        them); a target that cannot be reached now is left to its cells, which retry and say why."""
         for target in targets:
             with contextlib.suppress(TargetError):
-                self.pool.get(target, 0)
+                self.pool.get(target, 0).open_files()
 
     def close(self) -> None:
         self.pool.close()
@@ -361,16 +361,18 @@ class Launcher:
             run_dir = self._run_dir(p, cell, repeat)
             inner = self._argv(cell, repeat, p, run_dir, control_port)
             env = tf_config(processes, p)
-            # The payload's temporary folder inside the run folder: a process stopped by a signal, which leaves
-            # it behind (dlinfra.payload.scratch), leaves it there, where the next prepare or a teardown removes it.
-            settings = [f"TMPDIR={run_dir}"]
-            if env is not None:
-                settings.append(f"TF_CONFIG={json.dumps(env, sort_keys=True)}")
-            inner = ["env", *settings, *inner]
-            pid_file = self._pid_file(p, cell, repeat)
-            self._register(p.target, pid_file)
             # A single cell's one process makes its own run folder (see _prepare).
             fresh = run_dir if cell.mode == "single" else None
+            # The payload's temporary folder inside the run folder: a process stopped by a signal, which leaves
+            # it behind (dlinfra.payload.scratch), leaves it there, where the next prepare or a teardown removes it.
+            # A fresh run folder is made the TMPDIR by the wrapper itself (process_groups.wrapped).
+            settings = [] if fresh else [f"TMPDIR={run_dir}"]
+            if env is not None:
+                settings.append(f"TF_CONFIG={json.dumps(env, sort_keys=True)}")
+            if settings:
+                inner = ["env", *settings, *inner]
+            pid_file = self._pid_file(p, cell, repeat)
+            self._register(p.target, pid_file)
             argv = ["timeout", "--kill-after=5", f"{timeout:.0f}", *inner]
             argv = process_groups.wrapped(pid_file, argv, fresh_folder=fresh)
             th = threading.Thread(target=self._run_one, args=(conn, argv, outcome, barrier), daemon=True)

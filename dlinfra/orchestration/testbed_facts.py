@@ -33,21 +33,28 @@ def metadata_of(target: Target, facts: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def gather_metadata(layer: str, targets: list[Target], artifacts: Path) -> list[dict[str, Any]]:
-    """One layer's targets' metadata, as rows for :meth:`ResultsStore.store_targets`.
+def gather_facts(layer: str, targets: list[Target], artifacts: Path) -> dict[str, dict[str, Any]]:
+    """What ``playbooks/facts.yml`` read on each of one layer's targets, by target name.
 
-    Why per layer: the campaign gathers it on the layer's bring-up thread right after the deploy, while the
-    other layers still come up (a guest boots), so it costs the campaign no wall time of its own; gathered
-    for every layer at once before the first cell, it was 10.5 s of the demo's critical path.
+    Why per layer, and beside the layer's deploy: the campaign reads it on the layer's bring-up thread while
+    the payload deploys there and the other layers still come up (a guest boots), so it costs the campaign
+    no wall time of its own; gathered for every layer at once before the first cell, it was 10.5 s of the
+    demo's critical path, and after a guest's deploy (both run Ansible modules under emulation) 12-15 s more.
     """
     if not targets:
-        return []
+        return {}
     with phase(f"{layer}: testbed metadata", f"Ansible facts of {len(targets)} target(s)"):
         result = run_playbook(
             FACTS_PLAYBOOK, targets=targets, artifacts_dir=artifacts / "ansible" / f"{layer}-facts", quiet=True
         )
     for failure in result.failures:
         say(f"  [yellow]metadata:[/yellow] {failure} (that target is left out of the metadata)")
+    return {t.name: result.reports[t.name]["metadata"] for t in targets if "metadata" in result.reports.get(t.name, {})}
+
+
+def metadata_rows(targets: list[Target], facts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The described targets' metadata, as rows for :meth:`ResultsStore.store_targets`; after the deploy,
+    which gives each target the payload identity the rows carry."""
     return [
         {
             "layer": t.layer,
@@ -55,8 +62,8 @@ def gather_metadata(layer: str, targets: list[Target], artifacts: Path) -> list[
             "provider": t.provider,
             "physical_host": t.physical_host,
             "target_address": t.address,
-            "metadata": metadata_of(t, result.reports[t.name]["metadata"]),
+            "metadata": metadata_of(t, facts[t.name]),
         }
         for t in targets
-        if "metadata" in result.reports.get(t.name, {})
+        if t.name in facts
     ]

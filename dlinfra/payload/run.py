@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import Any
 
-from dlinfra.payload import affinity, cluster, data, scratch
+from dlinfra.payload import affinity, cluster, data, identity, scratch
 from dlinfra.payload.errors import PayloadError, PeerLost
 from dlinfra.payload.measure import Phases, SystemSampler, process_start
 from dlinfra.payload.record_builder import Context, RecordSink, build
@@ -178,6 +178,7 @@ def execute(args: argparse.Namespace, out: Any) -> int:
                 "and has no held-out accuracy; only classifiers take it"
             )
         cpu_set = affinity.pin(args.cpus)
+        identity.read_ahead()  # pinned like the rest
         dataset = _load_data(run, run.workload)
         run.sampler = SystemSampler(run.started).start()
         run.phases.end("start")  # the interpreter, the payload's own imports, pinning and the data set

@@ -63,6 +63,10 @@ class Transport(abc.ABC):
     def close(self) -> None:
         """Release the link; never raises."""
 
+    def open_files(self) -> None:  # noqa: B027 - an optional step
+        """Open ahead of time what reading a file needs, so that a cell's first fetch does not wait for it; best
+        effort (what fails here fails again, and is reported, at the first read). Here: nothing to open."""
+
     def check(self, timeout: float = 5.0) -> None:
         """Prove, within ``timeout``, that the link still carries commands, running none; raises
         :class:`LinkLost` where it does not. Here: :meth:`alive`; a transport with a cheaper proof says so."""

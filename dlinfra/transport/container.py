@@ -51,6 +51,9 @@ class ContainerTransport(Transport):
     def put(self, local: str, remote: str) -> None:
         self.host.put(local, self.access.host_path(remote))
 
+    def open_files(self) -> None:
+        self.host.open_files()
+
     def alive(self) -> bool:
         return self.host.alive()
 

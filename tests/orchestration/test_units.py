@@ -292,5 +292,68 @@ def test_a_single_cell_is_one_command_and_a_link_that_died_since_the_last_cell_i
     argv = fresh.ran[0]
     run_dir = f"{target.runs_dir}/units/{cell.hash}-r0"
     assert argv[:5] == ["sh", "-c", FRESH_PIDWRAP, run_dir, f"{run_dir}/single-0.pid"]
-    assert "dlinfra.payload" in argv and f"TMPDIR={run_dir}" in argv
+    assert "dlinfra.payload" in argv and "env" not in argv, "the wrapper exports TMPDIR: no program started for it"
     assert run.status == "failed" and "wrote no record" in (run.failure_reason or "")  # nothing ran for real
+
+
+def test_the_fresh_folder_wrapper_empties_the_folder_makes_it_the_tmpdir_and_writes_the_pid(tmp_path: Path) -> None:
+    """The one command a single cell runs, run for real by sh: a folder left from an earlier attempt is emptied,
+    a new one is made (parents too), the command sees it as its TMPDIR and is the process whose pid is written."""
+    import subprocess
+
+    from dlinfra.orchestration.process_groups import wrapped
+
+    show = ["sh", "-c", 'echo "$$ $TMPDIR"; ls -A "$TMPDIR"']
+    left = tmp_path / "runs" / "left"
+    left.mkdir(parents=True)
+    (left / "stale.json").write_text("{}")
+    for folder in (left, tmp_path / "runs" / "new" / "deeper"):
+        pid_file = folder / "p.pid"
+        out = subprocess.run(
+            wrapped(str(pid_file), show, fresh_folder=str(folder)), capture_output=True, text=True, check=True
+        ).stdout.split()
+        assert out[:2] == [pid_file.read_text().strip(), str(folder)]
+        assert out[2:] == ["p.pid"], "the folder holds the pid file only: what an earlier attempt left is gone"
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    made = subprocess.run(wrapped(str(blocked / "p.pid"), ["true"], fresh_folder=str(blocked / "sub")), check=False)
+    assert made.returncode == 125, "a folder that cannot be made stops the command with 125"
+
+
+def test_connect_opens_each_targets_link_and_file_session_ahead_of_its_first_cell() -> None:
+    """A cell's first fetch must not pay for the SFTP session (an sftp-server started on the host); a target
+    that cannot be reached is left to its cells, which say why."""
+    from dlinfra.errors import TargetError
+    from dlinfra.orchestration.launch import Launcher
+    from dlinfra.transport import CommandResult, Transport, TransportPool
+
+    class FakeLink(Transport):
+        name = "h1"
+        files_open = False
+
+        def run(self, argv, *, env=None, timeout=None) -> CommandResult:
+            return CommandResult(0, "", "")
+
+        def read(self, path: str) -> bytes:
+            raise FileNotFoundError(path)
+
+        def put(self, local: str, remote: str) -> None: ...
+
+        def alive(self) -> bool:
+            return True
+
+        def open_files(self) -> None:
+            self.files_open = True
+
+        def close(self) -> None: ...
+
+    def open_link(target) -> FakeLink:
+        if target.name != "h1":
+            raise TargetError(f"host {target.name} is unreachable")
+        return FakeLink()
+
+    launcher = Launcher("units")
+    launcher.pool = TransportPool(open_link)
+    first, second = _targets(2)
+    launcher.connect([first, second])
+    assert launcher.pool.get(first, 0).files_open
