@@ -61,7 +61,9 @@ def test_a_large_real_inventory_is_checked_quickly(tmp_path: Path) -> None:
     inv.write_text("all:\n  hosts:\n" + "\n".join(lines) + "\n")
     started = time.monotonic()
     check_inventory_files(inv)
-    assert time.monotonic() - started < 1.0
+    # Bounded, not a speed goal (those are make bench's): 0.9 s here while the suite ran, over 1 s in one run of
+    # the whole suite; a check quadratic in the hosts would take minutes for 10,000 of them.
+    assert time.monotonic() - started < 15.0
 
 
 def test_excerpt_is_short_and_one_line() -> None:
