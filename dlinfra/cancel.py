@@ -9,7 +9,7 @@ take long (a playbook, a wait for a guest to boot) looks at it through :func:`ca
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 _BOUND = threading.local()
@@ -47,3 +47,32 @@ def check() -> None:
     """Raise :class:`Cancelled` when this thread's work was cancelled; for the loops that wait."""
     if cancelled():
         raise Cancelled
+
+
+class _Either(threading.Event):
+    """Set once set itself, or once the event of the work that started it is."""
+
+    def __init__(self, parent: threading.Event | None) -> None:
+        super().__init__()
+        self._parent = parent
+
+    def is_set(self) -> bool:
+        return super().is_set() or (self._parent is not None and self._parent.is_set())
+
+
+def start_helper(target: Callable[[], None], name: str) -> tuple[threading.Thread, threading.Event]:
+    """Run ``target`` on a daemon thread of its own, cancelled with this thread's work, or by setting the event
+    returned (its starter gave up on it); the starter joins the thread.
+
+    Why: a helper that runs a playbook (a layer's facts beside its deploy) must stop when a Ctrl-C or a bad spec
+    stops the campaign, or its ``ansible-playbook`` outlives dlinfra.
+    """
+    stop = _Either(getattr(_BOUND, "event", None))
+
+    def run() -> None:
+        with cancellable(stop):
+            target()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread, stop

@@ -38,8 +38,9 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from dlinfra import cancel, secrets
 from dlinfra.cache import add_build
 from dlinfra.errors import DlinfraError, TargetError
-from dlinfra.orchestration.orphans import CONTROLLER_ENV, controller_mark, stop_playbook
+from dlinfra.orchestration.orphans import CAMPAIGN_ENV, CONTROLLER_ENV, controller_mark, stop_playbook
 from dlinfra.orchestration.progress import note
+from dlinfra.orchestration.runs_registry import current_campaign
 from dlinfra.providers.base import Target
 from dlinfra.transport.ssh import ANSIBLE_SSH_ARGS
 
@@ -452,6 +453,7 @@ def run_playbook(
                     "ANSIBLE_NOCOLOR": "1",
                     "ANSIBLE_FORCE_COLOR": "0",
                     CONTROLLER_ENV: mark,
+                    **({CAMPAIGN_ENV: campaign} if (campaign := current_campaign()) else {}),
                 },
                 quiet=True,
                 suppress_env_files=True,

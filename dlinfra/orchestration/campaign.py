@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from dlinfra.cache import build_seconds
-from dlinfra.cancel import cancellable
+from dlinfra.cancel import Cancelled, cancellable, start_helper
 from dlinfra.errors import DlinfraError, SpecError
 from dlinfra.images.wheelhouse import Wheelhouse, build_wheelhouse
 from dlinfra.inventory import InventoryHost, match_pattern
@@ -506,19 +506,23 @@ class LayerDeploys:
             return
         # The layer's testbed metadata is read while its payload deploys: neither needs the other.
         facts: dict[str, dict[str, Any]] = {}
-        reader = threading.Thread(target=self._read_facts, args=(layer, chosen, facts), daemon=True)
-        reader.start()
-        with self._one_at_a_time:
-            started = time.monotonic()
-            try:
-                self._deploy(layer, chosen, todo)
-            except (SpecError, KeyboardInterrupt):
-                raise
-            except Exception as exc:  # noqa: BLE001 - one layer's deploy failure fails its cells only
-                self.failures.append(LayerFailure(layer, "deploy", _one_line(exc)))
-            finally:
-                self.seconds += time.monotonic() - started
-        reader.join()
+        reader, drop_facts = start_helper(lambda: self._read_facts(layer, chosen, facts), f"dlinfra-facts-{layer}")
+        try:
+            with self._one_at_a_time:
+                started = time.monotonic()
+                try:
+                    self._deploy(layer, chosen, todo)
+                except (SpecError, KeyboardInterrupt):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - one layer's deploy failure fails its cells only
+                    self.failures.append(LayerFailure(layer, "deploy", _one_line(exc)))
+                finally:
+                    self.seconds += time.monotonic() - started
+        except BaseException:
+            drop_facts.set()  # the campaign stops: its facts are not wanted, and no playbook may outlive dlinfra
+            raise
+        finally:
+            reader.join()
         if any(f.layer == layer for f in self.failures):
             return
         if self.connect is not None:
@@ -529,6 +533,8 @@ class LayerDeploys:
         """The layer's targets' facts, best effort: a layer that cannot be described still runs its cells."""
         try:
             into.update(gather_facts(layer, targets, self.artifacts))
+        except Cancelled:
+            return  # the campaign is stopping (see __call__)
         except Exception as exc:  # noqa: BLE001 - metadata is context, never a reason to lose cells
             say(f"  [yellow]metadata:[/yellow] {layer}: {_one_line(exc)} (its targets are left out)")
 

@@ -8,6 +8,8 @@ that no longer exists (that pid gone, or reused by a process started at another 
 The mark also names the playbook run, because ansible-playbook's workers take sessions of their own: when
 ansible-runner cancels a playbook it kills the main process's group only, and the worker of the running
 task (with the task's own processes) goes on, until :func:`stop_playbook` stops it by that mark.
+A playbook run for a campaign also carries ``DLINFRA_CAMPAIGN=<campaign id>``, so that ``dlinfra sweep --campaign``
+stops that campaign's orphans only.
 Daemons a playbook started (dockerd, libvirtd) left the playbook's session and are not ``ansible-playbook``:
 they are never touched.
 """
@@ -20,10 +22,13 @@ import secrets
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 #: The environment variable that marks a playbook with the controller that runs it.
 CONTROLLER_ENV = "DLINFRA_CONTROLLER"
+#: The environment variable that names the campaign a playbook runs for (absent outside a campaign).
+CAMPAIGN_ENV = "DLINFRA_CAMPAIGN"
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -46,10 +51,23 @@ def _is_alive(mark: str) -> bool:
     return pid.isdigit() and _start_ticks(int(pid)) == rest.split(":", 1)[0]
 
 
-def _marked_playbooks(wanted: Callable[[str], bool]) -> dict[int, str]:
-    """``ansible-playbook`` processes (main and workers) of this machine whose mark is ``wanted``: pid -> mark."""
-    found: dict[int, str] = {}
-    prefix = f"{CONTROLLER_ENV}=".encode()
+@dataclass(frozen=True)
+class MarkedPlaybook:
+    """An ``ansible-playbook`` process (a main one, or one of its workers) that dlinfra started."""
+
+    pid: int
+    mark: str
+    campaign: str | None
+    #: The playbook file's name, as its command line gives it (for the sweep's report).
+    playbook: str
+
+    def __str__(self) -> str:
+        return f"ansible-playbook pid {self.pid}" + (f" ({self.playbook})" if self.playbook else "")
+
+
+def _marked_playbooks(wanted: Callable[[MarkedPlaybook], bool]) -> list[MarkedPlaybook]:
+    """``ansible-playbook`` processes (main and workers) of this machine that are marked and ``wanted``."""
+    found: list[MarkedPlaybook] = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -60,25 +78,36 @@ def _marked_playbooks(wanted: Callable[[str], bool]) -> dict[int, str]:
             environ = (proc / "environ").read_bytes().split(b"\0")
         except OSError:  # gone meanwhile, or not ours to read
             continue
-        marks = [entry[len(prefix) :].decode(errors="replace") for entry in environ if entry.startswith(prefix)]
-        if marks and wanted(marks[0]):
-            found[int(proc.name)] = marks[0]
+        values = dict(entry.decode(errors="replace").partition("=")[::2] for entry in environ if b"=" in entry)
+        if CONTROLLER_ENV not in values:
+            continue
+        books = [arg.decode(errors="replace") for arg in argv if arg.endswith((b".yml", b".yaml"))]
+        playbook = MarkedPlaybook(
+            int(proc.name), values[CONTROLLER_ENV], values.get(CAMPAIGN_ENV), Path(books[-1]).name if books else ""
+        )
+        if wanted(playbook):
+            found.append(playbook)
     return found
 
 
-def orphaned_playbooks() -> dict[int, str]:
-    """``ansible-playbook`` processes of this machine whose marked controller is gone: pid -> the mark."""
-    return _marked_playbooks(lambda mark: not _is_alive(mark))
+def orphaned_playbooks(campaign: str | None = None) -> list[MarkedPlaybook]:
+    """``ansible-playbook`` processes of this machine whose marked controller is gone (of ``campaign`` only,
+    when given)."""
+    return _marked_playbooks(
+        lambda found: not _is_alive(found.mark) and (campaign is None or found.campaign == campaign)
+    )
 
 
-def stop_orphaned_playbooks(grace_s: float = 5.0) -> list[int]:
-    """Stop every orphaned playbook (see :func:`_stop`); returns the playbooks' pids."""
-    return _stop(list(orphaned_playbooks()), grace_s)
+def stop_orphaned_playbooks(campaign: str | None = None, grace_s: float = 5.0) -> list[MarkedPlaybook]:
+    """Stop every orphaned playbook (of ``campaign`` only, when given; see :func:`_stop`); returns them."""
+    orphans = orphaned_playbooks(campaign)
+    _stop([found.pid for found in orphans], grace_s)
+    return orphans
 
 
 def stop_playbook(mark: str, grace_s: float = 5.0) -> list[int]:
     """Stop what is left of the playbook run marked ``mark`` (a cancelled run's workers); returns their pids."""
-    return _stop(list(_marked_playbooks(lambda found: found == mark)), grace_s)
+    return _stop([found.pid for found in _marked_playbooks(lambda found: found.mark == mark)], grace_s)
 
 
 def _stop(orphans: list[int], grace_s: float) -> list[int]:

@@ -101,6 +101,11 @@ def set_campaign(campaign_id: str | None) -> None:
     _CAMPAIGN[:] = [campaign_id] if campaign_id else []
 
 
+def current_campaign() -> str | None:
+    """The campaign this process runs, if it runs one (its playbooks carry it too: :mod:`.orphans`)."""
+    return _CAMPAIGN[0] if _CAMPAIGN else None
+
+
 def _forget_in_child() -> None:
     """A forked child must not keep a run alive after its parent died: close (never unlock) the fds."""
     for held in _HELD.values():

@@ -47,8 +47,8 @@ def sweep(
 ) -> SweepReport:
     """Remove every object of dead dlinfra runs (or of run ``run_label`` only, unless it is alive).
 
-    ``campaign``: only the dead runs a ``dlinfra run`` of that campaign recorded (no discovery: objects
-    found by label do not say their campaign).
+    ``campaign``: only the dead runs a ``dlinfra run`` of that campaign recorded, and its orphaned playbooks (no
+    discovery: objects found by label do not say their campaign).
     ``discover``: also look for labelled objects of runs that left no state file.
     ``include_testbed``: also take down every local testbed (``True``) or the one of that name (as
     ``dlinfra testbed down``), with what ran on it. ``dry_run``: list, remove nothing.
@@ -57,8 +57,8 @@ def sweep(
     if run_label is not None:
         check_label(run_label)
     # First, so that no playbook of a dead controller goes on creating what the sweep removes.
-    orphans = orphaned_playbooks() if dry_run else stop_orphaned_playbooks()
-    report.add("ansible runs", *(f"ansible-playbook pid {pid}" for pid in orphans))
+    orphans = orphaned_playbooks(campaign) if dry_run else stop_orphaned_playbooks(campaign)
+    report.add("ansible runs", *map(str, orphans))
     recorded = {info.label: info.objects for info in dead_runs() if campaign is None or info.campaign == campaign}
     found = _discover(run_label) if discover and campaign is None else {}
     labels = sorted((set(recorded) | set(found)) if run_label is None else {run_label})

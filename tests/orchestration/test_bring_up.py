@@ -173,6 +173,7 @@ def test_a_deployed_layer_opens_its_links_before_its_first_cell(
         return type("Deployed", (), {"changed": 0, "payload_hash": "0" * 64})()
 
     monkeypatch.setattr(campaign, "deploy", fake_deploy)
+    monkeypatch.setattr(campaign, "gather_facts", lambda layer, targets, artifacts: {})  # no host to reach
     connected: list[str] = []
     spec = _spec(tmp_path, "[bm, ctr]")
     opened = connected.extend
@@ -183,3 +184,69 @@ def test_a_deployed_layer_opens_its_links_before_its_first_cell(
         deploys(layer, [Target(layer, f"{layer}@h1", "h1", "10.0.0.1")])
     assert connected == ["bm@h1"]
     assert [(f.layer, f.step) for f in deploys.failures] == [("ctr", "deploy")]
+
+
+def test_a_stopped_deploy_stops_the_facts_read_beside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layer's facts are read (a playbook) while it deploys; a Ctrl-C during the deploy stops that read too,
+    and the deploy's thread returns only once it has stopped, so no playbook outlives dlinfra."""
+    from dlinfra.images.wheelhouse import Wheelhouse
+
+    reading = threading.Event()
+    read: list[str] = []
+
+    def slow_facts(layer: str, targets: list[Target], artifacts: Path) -> dict[str, dict[str, object]]:
+        reading.set()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # as run_playbook does: it looks at the cancellation while it waits
+            if cancel.cancelled():
+                read.append("stopped")
+                raise cancel.Cancelled
+            time.sleep(0.01)
+        read.append("read to its end")
+        return {}
+
+    def interrupted_deploy(targets: list[Target], **_: object) -> object:
+        assert reading.wait(5)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(campaign, "gather_facts", slow_facts)
+    monkeypatch.setattr(campaign, "deploy", interrupted_deploy)
+    deploys = campaign.LayerDeploys(_spec(tmp_path, "[bm]"), set(), cast(Wheelhouse, None), tmp_path, False, {})
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        deploys("bm", [Target("bm", "bm@h1", "h1", "10.0.0.1")])
+    assert read == ["stopped"] and time.monotonic() - started < 10
+    assert not [t for t in threading.enumerate() if t.name.startswith("dlinfra-facts-")]
+
+
+def test_a_campaign_stopped_on_another_thread_stops_the_facts_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The facts read runs under the cancellation of the layer's thread: a stop of the campaign (the main
+    thread's Ctrl-C, another layer's bad spec) reaches it, and the layer's own deploy."""
+    from dlinfra.images.wheelhouse import Wheelhouse
+
+    def waiting(*_: object, **__: object) -> object:
+        while not cancel.cancelled():
+            time.sleep(0.01)
+        raise cancel.Cancelled
+
+    monkeypatch.setattr(campaign, "gather_facts", waiting)
+    monkeypatch.setattr(campaign, "deploy", waiting)
+    deploys = campaign.LayerDeploys(_spec(tmp_path, "[bm]"), set(), cast(Wheelhouse, None), tmp_path, False, {})
+    stop, outcome = threading.Event(), []
+
+    def layer_thread() -> None:
+        with cancel.cancellable(stop):
+            try:
+                deploys("bm", [Target("bm", "bm@h1", "h1", "10.0.0.1")])
+            except KeyboardInterrupt:
+                outcome.append("stopped")
+
+    thread = threading.Thread(target=layer_thread)
+    thread.start()
+    time.sleep(0.3)
+    stop.set()
+    thread.join(10)
+    assert outcome == ["stopped"] and not thread.is_alive()
+    assert not [t for t in threading.enumerate() if t.name.startswith("dlinfra-facts-")]

@@ -198,7 +198,8 @@ def test_sigkill_during_a_ctr_cell_then_sweep_leaves_nothing(testbed_one, tmp_pa
         if not Path(paths.socket).exists():
             return False
         names = docker("ps", "--filter", f"label={RUN_LABEL}={run_id}", "--format", "{{.Names}}").split()
-        return bool(names) and "dlinfra.payload" in docker("top", names[0])
+        # `dlinfra.payload run`: the deploy's identity check (`dlinfra.payload identity`) runs there before.
+        return bool(names) and "dlinfra.payload run" in docker("top", names[0])
 
     _wait_for("payload process in a running container", cell_running, proc, log, timeout=1500)
     _kill_session(proc)
@@ -541,6 +542,8 @@ _PLAYBOOK_CONTROLLER = """
 import sys
 from pathlib import Path
 from dlinfra.orchestration.ansible import LOCAL_HOST, run_playbook
+from dlinfra.orchestration.runs_registry import set_campaign
+set_campaign(sys.argv[3])
 run_playbook(Path(sys.argv[1]), inventory={"all": {"hosts": {"localhost": dict(LOCAL_HOST)}}},
              artifacts_dir=Path(sys.argv[2]), quiet=True, timeout=600)
 """
@@ -560,7 +563,8 @@ def _marked_processes(mark: bytes) -> dict[int, list[bytes]]:
 
 def test_sweep_stops_the_playbook_of_a_sigkilled_controller(tmp_path: Path) -> None:
     """ansible-runner gives ansible-playbook a session of its own: a SIGKILLed controller left it running.
-    The sweep stops it (and only it: a playbook of a live controller is never an orphan)."""
+    The sweep stops it (and only it: a playbook of a live controller is never an orphan, and a sweep of
+    another campaign leaves it), and names its playbook."""
     from dlinfra.orchestration.orphans import orphaned_playbooks
 
     need_binary("ansible-playbook")
@@ -569,7 +573,10 @@ def test_sweep_stops_the_playbook_of_a_sigkilled_controller(tmp_path: Path) -> N
         "- name: Outlive the controller\n  hosts: all\n  gather_facts: false\n  tasks:\n"
         "    - name: Sleep\n      ansible.builtin.command: sleep 300\n      changed_when: false\n"
     )
-    controller = subprocess.Popen([sys.executable, "-c", _PLAYBOOK_CONTROLLER, str(book), str(tmp_path / "art")])
+    campaign = f"orphan-{secrets.token_hex(3)}"
+    controller = subprocess.Popen(
+        [sys.executable, "-c", _PLAYBOOK_CONTROLLER, str(book), str(tmp_path / "art"), campaign]
+    )
     mark = f"DLINFRA_CONTROLLER={controller.pid}:".encode()
     playbook = None
     try:
@@ -580,15 +587,19 @@ def test_sweep_stops_the_playbook_of_a_sigkilled_controller(tmp_path: Path) -> N
             if any(argv[:2] == [b"sleep", b"300"] for argv in marked.values()):
                 playbook = next(pid for pid, argv in marked.items() if argv[1].endswith(b"ansible-playbook"))
         assert playbook is not None, "the controller never started ansible-playbook"
-        assert playbook not in orphaned_playbooks()  # its controller is alive
+        assert playbook not in {found.pid for found in orphaned_playbooks()}  # its controller is alive
         controller.send_signal(signal.SIGKILL)
         controller.wait(timeout=10)
         time.sleep(1)
         assert Path(f"/proc/{playbook}").exists(), "the playbook died with its controller: nothing to test"
-        assert playbook in orphaned_playbooks()
-        swept = run_cli("sweep", timeout=120)
+        assert playbook in {found.pid for found in orphaned_playbooks()}
+        assert playbook in {found.pid for found in orphaned_playbooks(campaign)}
+        other = run_cli("sweep", "--campaign", f"{campaign}-other", timeout=120)
+        assert other.returncode == 0 and "nothing to sweep" in other.stdout, other.stdout + other.stderr
+        assert Path(f"/proc/{playbook}").exists(), "a sweep of another campaign stopped this one's playbook"
+        swept = run_cli("sweep", "--campaign", campaign, timeout=120)
         assert swept.returncode == 0, swept.stdout + swept.stderr
-        assert f"ansible-playbook pid {playbook}" in swept.stdout, swept.stdout
+        assert f"ansible-playbook pid {playbook} (slow.yml)" in swept.stdout, swept.stdout
         time.sleep(0.5)
         left = {pid: argv[:2] for pid, argv in _marked_processes(mark).items()}
         assert not left, f"still running after the sweep: {left}"  # the playbook, its forks, its task's sleep
