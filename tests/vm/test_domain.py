@@ -220,3 +220,24 @@ def test_a_kvm_guest_that_prints_nothing_is_judged_stalled_sooner_than_one_that_
         fh.write("Run /init as init process\n")
     watch.poll()
     assert not kvm_stalled(watch, 0.0, now=10 * KVM_STALL_S)
+
+
+def test_ssh_is_overdue_only_a_while_after_the_login_prompt(tmp_path: Path) -> None:
+    """The prompt getty prints (no newline after it, kernel lines may follow on the same line) starts the clock;
+    before it, however long the boot, SSH is never overdue (the boot timeout applies)."""
+    import time
+
+    from dlinfra.providers.libvirt.boot import SSH_AFTER_LOGIN_S, ConsoleWatch, ssh_overdue
+
+    log = tmp_path / "serial.log"
+    log.write_text("[  OK  ] Started ssh.service - OpenBSD Secure Shell server.\nDebian GNU/Linux 12 g1 ttyS0\n\n")
+    watch = ConsoleWatch(log)
+    watch.poll()
+    assert watch.login_seen_at is None and not ssh_overdue(watch, now=time.monotonic() + 10_000)
+    with log.open("a") as fh:
+        fh.write("g1 login: [   20.744270] kvm: Nested Virtualization enabled\n")
+    before = time.monotonic()
+    watch.poll()
+    assert watch.login_seen_at is not None and watch.login_seen_at >= before
+    assert not ssh_overdue(watch, now=watch.login_seen_at + SSH_AFTER_LOGIN_S - 1)
+    assert ssh_overdue(watch, now=watch.login_seen_at + SSH_AFTER_LOGIN_S)

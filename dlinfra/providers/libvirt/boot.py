@@ -33,6 +33,11 @@ KVM_STALL_S = 40.0
 #: Seconds a guest under KVM may print nothing at all on its console (a kernel booted directly prints at once).
 KVM_SILENT_S = 15.0
 
+#: Seconds one of our guests may show its login prompt without answering SSH before it is reset (once). sshd
+#: starts before the prompt, so a healthy guest answers within seconds, even emulated on a busy host; one seen
+#: after a 59-minute test run showed its prompt and then never answered in 15 minutes.
+SSH_AFTER_LOGIN_S = 120.0
+
 #: Console lines that prove the kernel reached userspace (kernel messages, then systemd's).
 USERSPACE_MARKERS = (
     "Run /init as init process",
@@ -51,6 +56,8 @@ class ConsoleWatch:
     offset: int = 0
     in_userspace: bool = False
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=3))
+    #: When (time.monotonic()) a poll first found the login prompt (getty's "<hostname> login:").
+    login_seen_at: float | None = None
     _partial: str = ""
 
     def poll(self) -> None:
@@ -62,6 +69,8 @@ class ConsoleWatch:
             return
         self.offset += len(chunk)
         text = self._partial + chunk.decode("utf-8", errors="replace").replace("\r", "")
+        if self.login_seen_at is None and " login: " in text:
+            self.login_seen_at = time.monotonic()
         lines = text.split("\n")
         self._partial = lines.pop()[-4096:]
         for line in lines:
@@ -97,6 +106,13 @@ def kvm_stalled(watch: ConsoleWatch, started: float, now: float | None = None) -
         return False
     waited = (now if now is not None else time.monotonic()) - started
     return waited >= KVM_STALL_S or (watch.offset == 0 and waited >= KVM_SILENT_S)
+
+
+def ssh_overdue(watch: ConsoleWatch, now: float | None = None) -> bool:
+    """True when the guest showed its login prompt :data:`SSH_AFTER_LOGIN_S` seconds ago or more (and the caller
+    has had no SSH answer since)."""
+    seen = watch.login_seen_at
+    return seen is not None and (now if now is not None else time.monotonic()) - seen >= SSH_AFTER_LOGIN_S
 
 
 # -- the per-host verdict, remembered so the next run goes straight to TCG ---------------------------------------

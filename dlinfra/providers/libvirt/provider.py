@@ -38,11 +38,13 @@ from dlinfra.orchestration.runs_registry import RunClaim, claim
 from dlinfra.payload.cpuset import format_cpuset
 from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.libvirt.boot import (
+    SSH_AFTER_LOGIN_S,
     ConsoleWatch,
     host_key,
     kvm_stalled,
     remember_stall,
     remembered_stall,
+    ssh_overdue,
 )
 from dlinfra.providers.libvirt.domain import DomainPlan, domain_vars, run_label_of
 from dlinfra.providers.libvirt.image import GuestImage, build_guest_image, cloud_image
@@ -557,7 +559,9 @@ class LibvirtProvider:
 
         Under KVM with a kernel we boot directly, the serial console is watched too: a guest that shows no
         boot progress (:func:`kvm_stalled`), or has not reached userspace when ``boot_timeout`` ends first,
-        raises :class:`_KvmStall`: the verdict is KVM's, not a timeout's.
+        raises :class:`_KvmStall`: the verdict is KVM's, not a timeout's. One of our guests that shows its login
+        prompt and does not answer SSH (:func:`ssh_overdue`) is reset once, saying why; what the host sees of
+        its address is in the messages.
         """
         started = time.monotonic()
         deadline = started + self.boot_timeout
@@ -565,6 +569,7 @@ class LibvirtProvider:
         if watch is not None:
             self.consoles[target.name] = watch  # kept after teardown: what the guest showed, for errors and tests
         check_stall = watch is not None and plan.virt_type == "kvm" and plan.kernel is not None
+        may_reset = watch is not None and plan.kernel is not None  # our image: sshd starts before the prompt
 
         def console() -> str:
             if watch is None:
@@ -584,6 +589,14 @@ class LibvirtProvider:
             dom = self.conn.lookupByName(plan.domain_name)
             if not dom.isActive():
                 raise TargetError(f"{self.host}: guest {target.name} stopped while booting", console())
+            if may_reset and watch is not None and ssh_overdue(watch):
+                say(
+                    f"{self.host}: guest {target.name} showed its login prompt {SSH_AFTER_LOGIN_S:.0f} s ago and "
+                    f"does not answer SSH at {target.address} ({self._seen_at(target)}); resetting it once"
+                )
+                dom.reset(0)
+                self.timings["boot_resets"] = self.timings.get("boot_resets", 0) + 1
+                watch.login_seen_at, may_reset = None, False
             try:
                 with socket.create_connection((target.address, target.port), timeout=3):
                     pass
@@ -605,9 +618,23 @@ class LibvirtProvider:
             raise _KvmStall(watch.shows, time.monotonic() - started)
         raise TargetError(
             f"{self.host}: guest {target.name} did not answer SSH at {target.address} within "
-            f"{self.boot_timeout:.0f} s ({last or 'port closed'})",
+            f"{self.boot_timeout:.0f} s ({last or 'port closed'}; {self._seen_at(target)})",
             console(),
         )
+
+    def _seen_at(self, target: Target) -> str:
+        """What this host's kernel knows of the guest's address (its neighbour entry): whether the guest's
+        network answers at all, so a message tells a guest without network from one whose sshd is down."""
+        if self.uri not in LOCAL_URIS:
+            return "the hypervisor is remote: its neighbour table is not read"
+        shown = subprocess.run(
+            ["ip", "neigh", "show", target.address], capture_output=True, text=True, timeout=10, check=False
+        ).stdout.split()
+        if not shown:
+            return "no neighbour entry for it on this host"
+        state = shown[-1]
+        meaning = {"FAILED": "it never answered ARP: its network is not up", "INCOMPLETE": "ARP unanswered so far"}
+        return f"neighbour entry {state}" + (f": {meaning[state]}" if state in meaning else ": its network answers")
 
     # -- tear down --------------------------------------------------------------------------------------------
 
