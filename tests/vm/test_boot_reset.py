@@ -106,7 +106,7 @@ def test_a_guest_that_does_not_answer_ssh_after_its_prompt_is_reset_and_comes_up
 def test_a_guest_that_never_answers_ssh_fails_naming_its_address_and_neighbour_entry(
     ssh_dropped, quick_reset: float, tmp_path: Path
 ) -> None:
-    provider, said, error = _boot(tmp_path, "reset2", 150)
+    provider, said, error = _boot(tmp_path, "reset2", 210)  # a slow first boot must still be reset before it
     assert error is not None, said
     message = str(error)
     assert "did not answer SSH at 10.214." in message and "neighbour entry" in message, message
