@@ -627,9 +627,12 @@ class LibvirtProvider:
         network answers at all, so a message tells a guest without network from one whose sshd is down."""
         if self.uri not in LOCAL_URIS:
             return "the hypervisor is remote: its neighbour table is not read"
-        shown = subprocess.run(
-            ["ip", "neigh", "show", target.address], capture_output=True, text=True, timeout=10, check=False
-        ).stdout.split()
+        try:
+            shown = subprocess.run(
+                ["ip", "neigh", "show", target.address], capture_output=True, text=True, timeout=10, check=False
+            ).stdout.split()
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"its neighbour entry could not be read ({exc})"
         if not shown:
             return "no neighbour entry for it on this host"
         state = shown[-1]
