@@ -50,7 +50,8 @@ def check() -> None:
 
 
 class _Either(threading.Event):
-    """Set once set itself, or once the event of the work that started it is."""
+    """Set once set itself, or once the event of the work that started it is (read with ``is_set``, as
+    :func:`cancelled` does; ``wait`` sees its own flag only)."""
 
     def __init__(self, parent: threading.Event | None) -> None:
         super().__init__()

@@ -15,12 +15,16 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from rich.console import Console
 from support import need, need_binary, need_module
+
+if TYPE_CHECKING:
+    from dlinfra.providers.libvirt.provider import LibvirtProvider
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -56,7 +60,9 @@ def quick_reset(monkeypatch: pytest.MonkeyPatch) -> float:
     return 15.0
 
 
-def _boot(tmp_path: Path, name: str, boot_timeout: float, on_reset=None) -> tuple[object, str, Exception | None]:
+def _boot(
+    tmp_path: Path, name: str, boot_timeout: float, on_reset: Callable[[], None] | None = None
+) -> tuple[LibvirtProvider, str, Exception | None]:
     """Boot one guest; ``on_reset`` runs once the provider has reset it. Returns the provider, what it said,
     and the error it raised (None when the guest came up)."""
     from dlinfra.orchestration import progress
@@ -96,7 +102,7 @@ def test_a_guest_that_does_not_answer_ssh_after_its_prompt_is_reset_and_comes_up
 ) -> None:
     provider, said, error = _boot(tmp_path, "reset1", 600, on_reset=lambda: _iptables("-D"))
     assert error is None, f"{error}\n{said}"
-    assert provider.timings.get("boot_resets") == 1, provider.timings  # type: ignore[attr-defined]
+    assert provider.timings.get("boot_resets") == 1, provider.timings
     lines = [line for line in said.splitlines() if "resetting it once" in line]
     assert len(lines) == 1, said
     assert f"showed its login prompt {quick_reset:.0f} s ago" in lines[0] and "10.214." in lines[0]
@@ -111,4 +117,4 @@ def test_a_guest_that_never_answers_ssh_fails_naming_its_address_and_neighbour_e
     message = str(error)
     assert "did not answer SSH at 10.214." in message and "neighbour entry" in message, message
     assert "its network answers" in message, message  # ARP works: the guest's network is up, its SSH is not
-    assert provider.timings.get("boot_resets") == 1, provider.timings  # type: ignore[attr-defined]  # once only
+    assert provider.timings.get("boot_resets") == 1, provider.timings  # once only
