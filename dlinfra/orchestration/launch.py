@@ -65,6 +65,17 @@ class ProcessOutcome:
     record: RunRecord | None = None
     #: Set before dlinfra stops it (timeout, Ctrl-C, a failed peer): its end is not its own failure.
     killed: bool = False
+    #: What it printed: its record, one line, the moment it was written (``--echo-record``).
+    stdout: str = ""
+    #: When the first line of ``stdout`` was complete (monotonic, UTC).
+    line_at: tuple[float, str] | None = None
+    #: ``line_at`` where ``record`` is that line: when the controller held its record.
+    record_at: tuple[float, str] | None = None
+
+    def take_stdout(self, piece: str) -> None:
+        """``on_stdout`` of its command: stamps the end of its first line (its record)."""
+        if self.line_at is None and "\n" in piece:
+            self.line_at = (time.monotonic(), _now())
 
     @property
     def where(self) -> str:
@@ -212,6 +223,7 @@ class Launcher:
             if self.peer_timeout:
                 argv += ["--peer-timeout", str(self.peer_timeout)]
         argv += ["--context-json", json.dumps(context, sort_keys=True), "--out", f"{run_dir}/{p.key}.json"]
+        argv.append("--echo-record")  # the record comes back on the channel as it is written (see _fetch)
         return argv
 
     # -- the background job of a shared cell ------------------------------------
@@ -405,11 +417,17 @@ class Launcher:
                 th.join(timeout=5)
         for p in processes:
             self._unregister(self._pid_file(p, cell, repeat))
-        phases["run"] = time.monotonic() - t_run
-        t_fetch = time.monotonic()
+        t_exit = time.monotonic()
         self._fetch(cell, repeat, outcomes, conns)
-        phases["fetch"] = time.monotonic() - t_fetch
-        run = self._finish(cell, outcomes, started_utc, t0, reason)
+        phases["fetch"] = time.monotonic() - t_exit
+        arrivals = [o.record_at for o in outcomes]
+        # The cell ends when the controller holds every record: the processes' exits after that (the kernel
+        # tearing a TensorFlow process down, 0.1-0.6 s in an emulated guest) are reaped off its clock.
+        held = max(a for a in arrivals if a is not None) if reason is None and all(arrivals) else None
+        phases["run"] = (held[0] if held else t_exit) - t_run
+        if held is not None:
+            phases["reap"] = t_exit - held[0]
+        run = self._finish(cell, outcomes, started_utc, t0, reason, held)
         run.phases = phases
         return run
 
@@ -480,11 +498,12 @@ class Launcher:
             outcome.error = "did not start: another process of the cell could not start"
             return
         try:
-            result = conn.run(argv)
+            result = conn.run(argv, on_stdout=outcome.take_stdout)
         except LinkLost as exc:
             outcome.error = f"connection lost ({exc.cause})"
             return
         outcome.exit_code = result.exit_code
+        outcome.stdout = result.stdout
         outcome.stderr_tail = "\n".join(result.stderr.strip().splitlines()[-5:])
         if outcome.killed:
             outcome.error = "stopped by dlinfra"
@@ -524,6 +543,10 @@ class Launcher:
             if outcome.error and "connection lost" in outcome.error:
                 self.pool.drop(*key)
                 continue
+            echoed = self._own_record(outcome.stdout.split("\n", 1)[0], cell, repeat)
+            if isinstance(echoed, RunRecord):  # as printed on its channel: no file to fetch
+                outcome.record, outcome.record_at = echoed, outcome.line_at
+                continue
             try:
                 text = conn.read(f"{self._run_dir(p, cell, repeat)}/{p.key}.json").decode()
             except FileNotFoundError:
@@ -535,20 +558,34 @@ class Launcher:
             except UnicodeDecodeError:
                 outcome.error = outcome.error or "its record is not UTF-8 text"
                 continue
-            try:
-                record = RunRecord.from_json(text)
-            except RecordError as exc:
-                outcome.error = outcome.error or f"its record is invalid: {exc}"
-                continue
-            prov = record.provenance
-            if (prov.campaign_id, prov.cell_hash, prov.repeat) != (self.campaign_id, cell.hash, repeat):
-                outcome.error = outcome.error or "its record belongs to another cell"
-                continue
-            outcome.record = record
+            fetched = self._own_record(text, cell, repeat)
+            if isinstance(fetched, RunRecord):
+                outcome.record = fetched
+            else:
+                outcome.error = outcome.error or fetched
+
+    def _own_record(self, text: str, cell: Cell, repeat: int) -> RunRecord | str:
+        """The record in ``text`` if it is valid and this cell's, else what is wrong with it."""
+        try:
+            record = RunRecord.from_json(text)
+        except RecordError as exc:
+            return f"its record is invalid: {exc}"
+        prov = record.provenance
+        if (prov.campaign_id, prov.cell_hash, prov.repeat) != (self.campaign_id, cell.hash, repeat):
+            return "its record belongs to another cell"
+        return record
 
     def _finish(
-        self, cell: Cell, outcomes: list[ProcessOutcome], started_utc: str, t0: float, reason: str | None
+        self,
+        cell: Cell,
+        outcomes: list[ProcessOutcome],
+        started_utc: str,
+        t0: float,
+        reason: str | None,
+        ended: tuple[float, str] | None = None,
     ) -> CellRun:
+        """The cell's run from its processes' outcomes; its clock stops at ``ended`` (monotonic, UTC) when
+        given, else now."""
         records = [o.record for o in outcomes if o.record is not None]
         problems: list[str] = []
         for o in outcomes:
@@ -576,7 +613,7 @@ class Launcher:
             failure_reason=failure,
             records=records,
             started_utc=started_utc,
-            ended_utc=_now(),
-            wall_s=time.monotonic() - t0,
+            ended_utc=ended[1] if ended else _now(),
+            wall_s=(ended[0] if ended else time.monotonic()) - t0,
             outcomes=outcomes,
         )

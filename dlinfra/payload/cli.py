@@ -123,6 +123,11 @@ def parser() -> argparse.ArgumentParser:
     )
     o.add_argument("--out", help="write the record here (default: stdout, one line)")
     o.add_argument(
+        "--echo-record",
+        action="store_true",
+        help="with --out, also print the record on stdout as soon as it is written (one line)",
+    )
+    o.add_argument(
         "--ready-file",
         metavar="PATH",
         help="create this file when the measured work begins (how the controller knows a background job runs)",

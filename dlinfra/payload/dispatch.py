@@ -11,12 +11,13 @@ from typing import Any
 import tensorflow as tf
 
 from dlinfra.payload import data as data_mod
-from dlinfra.payload import sysbench, training
+from dlinfra.payload import training
 from dlinfra.payload.affinity import inter_op_threads
 from dlinfra.payload.control import ControlClient, ControlServer
 from dlinfra.payload.data import DataSet
 from dlinfra.payload.errors import PayloadError
 from dlinfra.payload.identity import cpu_set
+from dlinfra.payload.measure import mark_ready
 from dlinfra.payload.workloads import Workload
 
 log = logging.getLogger("dlinfra.payload")
@@ -31,9 +32,7 @@ def _devices() -> list[str]:
 
 def run(run: Any, dataset: DataSet | None) -> None:
     w: Workload = run.workload
-    if w.kind == "sysbench":
-        _sysbench(run, w)
-    elif w.name == "allreduce":
+    if w.name == "allreduce":
         _allreduce(run, w)
     elif w.kind == "kernel":
         _kernel(run, w)
@@ -120,7 +119,7 @@ def _finish_extra(run: Any, plan: training.TrainPlan) -> None:
             log.warning("target accuracy %.3f not reached in %d steps", plan.target_accuracy, plan.max_steps)
 
 
-# -- kernels and sysbench ----------------------------------------------------------
+# -- kernels -------------------------------------------------------------------
 
 
 def _kernel(run: Any, w: Workload) -> None:
@@ -132,7 +131,7 @@ def _kernel(run: Any, w: Workload) -> None:
     progress = training.Progress(phases=run.phases)
     run.progress = progress
     run.batch_size = kernel.batch
-    training.mark_ready(a.ready_file)
+    mark_ready(a.ready_file)
     kernels.run(kernel, a.warmup_steps, a.steps, progress.clock)
     progress.warmup_steps, progress.measured_steps = a.warmup_steps, a.steps
     progress.global_step = a.warmup_steps + a.steps
@@ -148,21 +147,6 @@ def _kernel(run: Any, w: Workload) -> None:
             mean_flops_per_sec=kernel.flops * len(times) / progress.clock.wall,
         )
     run.extra["shape"] = kernel.shape
-
-
-def _sysbench(run: Any, w: Workload) -> None:
-    a = run.args
-    test = w.name.removeprefix("sysbench-")
-    threads = a.threads or len(cpu_set())
-    training.mark_ready(a.ready_file)
-    result = sysbench.run(test, threads, a.time, a.file_total_size, None)
-    figures = result["sysbench"]
-    run.extra.update(result)
-    run.extra["threads"] = threads
-    run.batch_size = None
-    run.global_step = None
-    rate = figures.get("events_per_sec") or figures.get("operations_per_sec")
-    run.rate = rate
 
 
 # -- distributed ------------------------------------------------------------------
@@ -230,7 +214,7 @@ def _allreduce(run: Any, w: Workload) -> None:
         progress = training.Progress(phases=run.phases)
         run.progress = progress
         run.batch_size = None
-        training.mark_ready(a.ready_file)
+        mark_ready(a.ready_file)
         figures = kernels.allreduce(strategy, sizes, a.warmup_steps, a.steps, progress.clock)
         progress.warmup_steps, progress.measured_steps = a.warmup_steps * len(sizes), a.steps * len(sizes)
         progress.global_step = progress.warmup_steps + progress.measured_steps

@@ -55,6 +55,13 @@ class Phases:
         self._last = now
 
 
+def mark_ready(path: str | None) -> None:
+    """Create ``path`` (``--ready-file``): the work is under way, so a job next to it now shares the host with it."""
+    if path:
+        with open(path, "a"):
+            pass
+
+
 def utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 

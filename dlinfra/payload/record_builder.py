@@ -116,9 +116,12 @@ def build(
 class RecordSink:
     """Writes exactly one record per process, whichever thread gets there first."""
 
-    def __init__(self, out: str | None, stdout: Any) -> None:
+    def __init__(self, out: str | None, stdout: Any, echo: bool = False) -> None:
         self.out = out
         self.stdout = stdout
+        #: Also print the record written to ``out`` on stdout: a controller holding the process's channel then
+        #: has it the moment it is written, without fetching the file after the process ended.
+        self.echo = echo
         self._lock = threading.Lock()
         self.written = False
 
@@ -135,7 +138,7 @@ class RecordSink:
                 with os.fdopen(fd, "w") as f:
                     f.write(text + "\n")
                 os.replace(tmp, path)
-            else:
+            if self.echo or not self.out:
                 self.stdout.write(text + "\n")
                 self.stdout.flush()
             self.written = True

@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import Any
 
-from dlinfra.payload import affinity, cluster, data, identity, scratch
+from dlinfra.payload import affinity, cluster, data, identity, scratch, sysbench
 from dlinfra.payload.errors import PayloadError, PeerLost
 from dlinfra.payload.measure import Phases, SystemSampler, process_start
 from dlinfra.payload.record_builder import Context, RecordSink, build
@@ -33,7 +33,7 @@ class Run:
         self.args = args
         self.started = process_start()
         self.phases = Phases(self.started)
-        self.sink = RecordSink(args.out, out)
+        self.sink = RecordSink(args.out, out, echo=args.echo_record)
         self.ctx = Context()
         self.role = "single" if args.mode == "single" else (args.role or "worker")
         self.task_index = args.task_index or 0
@@ -182,12 +182,15 @@ def execute(args: argparse.Namespace, out: Any) -> int:
         dataset = _load_data(run, run.workload)
         run.sampler = SystemSampler(run.started).start()
         run.phases.end("start")  # the interpreter, the payload's own imports, pinning and the data set
-        affinity.configure_tf(bool(args.cpus), len(cpu_set))  # the first to import TensorFlow
-        from dlinfra.payload import dispatch  # late: it imports TensorFlow, which must load after pinning
+        if run.workload.kind == "sysbench":
+            run.phases.end("import")  # nothing to import: sysbench needs no TensorFlow
+            sysbench.run_workload(run)
+        else:
+            affinity.configure_tf(bool(args.cpus), len(cpu_set))  # the first to import TensorFlow
+            from dlinfra.payload import dispatch  # late: it imports TensorFlow, which must load after pinning
 
-        run.phases.end("import")
-
-        dispatch.run(run, dataset)
+            run.phases.end("import")
+            dispatch.run(run, dataset)
     except PayloadError as exc:
         sys.stderr.write(f"dlinfra.payload: error: {exc}\n")
         run.write(str(exc))

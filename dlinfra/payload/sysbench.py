@@ -9,6 +9,8 @@ import tempfile
 from typing import Any
 
 from dlinfra.payload.errors import PayloadError
+from dlinfra.payload.identity import cpu_set
+from dlinfra.payload.measure import mark_ready
 
 #: label in sysbench's report -> metric name
 _PATTERNS = {
@@ -75,3 +77,18 @@ def run(test: str, threads: int, seconds: int, file_total_size: str, workdir: st
     if not figures:
         raise PayloadError(f"could not parse the output of {' '.join(cmd)}")
     return {"sysbench": figures, "sysbench_version": version, "command": " ".join(cmd[1:])}
+
+
+def run_workload(payload_run: Any) -> None:
+    """A ``sysbench-*`` workload's run (a :class:`dlinfra.payload.run.Run`), with no TensorFlow: its import took
+    2.4 s of a 6 s cell on bare metal and 40-70 s in an emulated guest, measured by nothing."""
+    a = payload_run.args
+    threads = a.threads or len(cpu_set())
+    mark_ready(a.ready_file)
+    result = run(payload_run.workload.name.removeprefix("sysbench-"), threads, a.time, a.file_total_size, None)
+    figures = result["sysbench"]
+    payload_run.extra.update(result)
+    payload_run.extra["threads"] = threads
+    payload_run.batch_size = None
+    payload_run.global_step = None
+    payload_run.rate = figures.get("events_per_sec") or figures.get("operations_per_sec")

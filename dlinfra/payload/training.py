@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from dlinfra.payload import inputs
 from dlinfra.payload.data import DataSet
-from dlinfra.payload.measure import Phases, StepClock
+from dlinfra.payload.measure import Phases, StepClock, mark_ready
 from dlinfra.payload.workloads import Workload
 from dlinfra.payload.workloads.models import build_optimizer
 from dlinfra.payload.workloads.tasks import Built, Dims, build
@@ -63,13 +63,6 @@ class TrainPlan:
     @property
     def measured_cap(self) -> int:
         return self.max_steps if self.target_accuracy is not None and self.max_steps else self.steps
-
-
-def mark_ready(path: str | None) -> None:
-    """Create ``path`` (``--ready-file``): the work is under way, so a job next to it now shares the host with it."""
-    if path:
-        with open(path, "a"):
-            pass
 
 
 @dataclass

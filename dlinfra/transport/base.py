@@ -43,9 +43,15 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def run(
-        self, argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: float | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        on_stdout: Callable[[str], None] | None = None,
     ) -> CommandResult:
-        """Run ``argv`` to its end; raises :class:`dlinfra.errors.TargetError` when the target is unreachable."""
+        """Run ``argv`` to its end; raises :class:`dlinfra.errors.TargetError` when the target is unreachable.
+        ``on_stdout`` is handed the command's output as it arrives (the whole of it is in the result as well)."""
 
     @abc.abstractmethod
     def read(self, path: str) -> bytes:

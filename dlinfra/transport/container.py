@@ -8,7 +8,7 @@ folder, so its files are read and written through the host's transport.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from dlinfra.transport.base import CommandResult, Transport
@@ -40,10 +40,15 @@ class ContainerTransport(Transport):
         self.name = name
 
     def run(
-        self, argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: float | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        on_stdout: Callable[[str], None] | None = None,
     ) -> CommandResult:
         inner = ["env", *(f"{k}={v}" for k, v in env.items()), *argv] if env else list(argv)
-        return self.host.run([*self.access.exec_argv, *inner], timeout=timeout)
+        return self.host.run([*self.access.exec_argv, *inner], timeout=timeout, on_stdout=on_stdout)
 
     def read(self, path: str) -> bytes:
         return self.host.read(self.access.host_path(path))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,10 +136,17 @@ class SshTransport(Transport):
         self.conn = connect(endpoint, timeout)
 
     def run(
-        self, argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: float | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        on_stdout: Callable[[str], None] | None = None,
     ) -> CommandResult:
+        # invoke writes what it does not hide to out_stream, as it arrives; stderr is only collected.
+        shown = {"hide": "stderr", "out_stream": _Feed(on_stdout)} if on_stdout else {"hide": True}
         try:
-            result = self.conn.run(remote_command(argv, env), hide=True, warn=True, in_stream=False, timeout=timeout)
+            result = self.conn.run(remote_command(argv, env), warn=True, in_stream=False, timeout=timeout, **shown)
         except Exception as exc:  # noqa: BLE001 - paramiko/invoke raise many kinds on a dead link
             raise LinkLost(self.name, _describe(exc)) from None
         return CommandResult(result.exited if result.exited is not None else -1, result.stdout, result.stderr)
@@ -185,6 +192,16 @@ class SshTransport(Transport):
             self.conn.close()
         except Exception:  # noqa: BLE001, S110 - closing a dead connection may raise anything
             pass
+
+
+class _Feed:
+    """A write-only stream that hands each piece written to it to a callback (invoke's ``out_stream``)."""
+
+    def __init__(self, callback: Callable[[str], None]) -> None:
+        self.write = callback
+
+    def flush(self) -> None:
+        """Nothing is kept here."""
 
 
 def _describe(exc: BaseException) -> str:

@@ -26,7 +26,7 @@ from dlinfra.record import config_hash
 #: The payload's own flags beyond the table: what to run, placement and cluster (set by the launcher), output.
 PAYLOAD_ONLY = {
     "-h", "--help", "--workload", "--mode", "--cpus", "--chief", "--workers", "--ps", "--role", "--task-index",
-    "--control-port", "--peer-timeout", "--context-json", "--out", "--ready-file",
+    "--control-port", "--peer-timeout", "--context-json", "--out", "--echo-record", "--ready-file",
 }  # fmt: skip
 #: ``dlinfra bench``'s own options beyond the table.
 BENCH_ONLY = {"--cpus", "--repeats", "--timeout"}

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -173,8 +173,17 @@ class _LocalTransport(Transport):
 
     name = "local"
 
-    def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: float | None = None):
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        on_stdout: Callable[[str], None] | None = None,
+    ) -> CommandResult:
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+        if on_stdout is not None:  # all at once, at the end: the cell's clock then stops at the exit
+            on_stdout(done.stdout)
         return CommandResult(done.returncode, done.stdout, done.stderr)
 
     def read(self, path: str) -> bytes:

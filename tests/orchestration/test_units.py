@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -167,7 +169,7 @@ def test_a_container_transport_runs_commands_in_its_container_and_maps_its_runs_
             self.ran: list[list[str]] = []
             self.read_paths: list[str] = []
 
-        def run(self, argv, *, env=None, timeout=None) -> CommandResult:
+        def run(self, argv, *, env=None, timeout=None, on_stdout=None) -> CommandResult:
             self.ran.append(list(argv))
             return CommandResult(0, "", "")
 
@@ -255,7 +257,7 @@ def test_a_single_cell_is_one_command_and_a_link_that_died_since_the_last_cell_i
         def __init__(self, dead: bool) -> None:
             self.dead, self.ran, self.closed = dead, [], False
 
-        def run(self, argv, *, env=None, timeout=None) -> CommandResult:
+        def run(self, argv, *, env=None, timeout=None, on_stdout=None) -> CommandResult:
             self.ran.append(list(argv))
             return CommandResult(0, "", "")
 
@@ -296,6 +298,74 @@ def test_a_single_cell_is_one_command_and_a_link_that_died_since_the_last_cell_i
     assert run.status == "failed" and "wrote no record" in (run.failure_reason or "")  # nothing ran for real
 
 
+def test_a_cell_ends_when_its_record_arrives_on_the_channel_not_when_its_process_has_exited() -> None:
+    """The payload prints its record the moment it is written (``--echo-record``); the kernel's teardown of the
+    process after that (0.1-0.6 s for TensorFlow in an emulated guest) is reaped off the cell's clock, and the
+    record needs no fetch. A line that is not this cell's record is no record: the file is read instead."""
+    from records import make_record
+
+    from dlinfra.orchestration.cells import Cell
+    from dlinfra.orchestration.launch import Launcher
+    from dlinfra.record import config_hash
+    from dlinfra.transport import CommandResult, Transport, TransportPool
+
+    config = {"layer": "bm", "workload": "mnist-dnn", "mode": "single", "steps": 3, "batch_size": 8, "host": "h1"}
+    cell = Cell(config=config, hash=config_hash(config), targets=["h1"])
+    record = make_record("units", cell=config)
+    record.metrics.elapsed_s = 0.05
+
+    class SlowExit(Transport):
+        """A target whose process prints ``line``, then takes ``exit_s`` to end."""
+
+        name = "h1"
+
+        def __init__(self, line: str, exit_s: float) -> None:
+            self.line, self.exit_s, self.read_paths, self.argv = line, exit_s, [], []
+
+        def run(self, argv, *, env=None, timeout=None, on_stdout=None) -> CommandResult:
+            self.argv = list(argv)
+            time.sleep(0.05)
+            if on_stdout is not None:
+                on_stdout(self.line[:10])  # as it may come: in pieces
+                on_stdout(self.line[10:] + "\n")
+            time.sleep(self.exit_s)
+            return CommandResult(0, self.line + "\n", "")
+
+        def read(self, path: str) -> bytes:
+            self.read_paths.append(path)
+            return record.to_json().encode()
+
+        def put(self, local: str, remote: str) -> None: ...
+
+        def alive(self) -> bool:
+            return True
+
+        def close(self) -> None: ...
+
+    target = _targets(1)[0]
+    for line, exit_s in ((record.to_json(), 1.0), ('{"not": "a record"}', 0.3)):
+        link = SlowExit(line, exit_s)
+        launcher = Launcher("units")
+        launcher.pool = TransportPool(lambda _target, link=link: link)
+        started = time.monotonic()
+        run = launcher.run_cell(cell, 0, plan(cell, {"h1": target}), timeout=60)
+        took = time.monotonic() - started
+        launcher.close()
+        assert run.status == "ok", run.failure_reason
+        assert [r.to_json() for r in run.records] == [record.to_json()]
+        assert "--echo-record" in link.argv
+        assert run.wall_s >= run.payload_elapsed_s
+        if exit_s == 1.0:
+            assert link.read_paths == [], "the record came on the channel: nothing fetched"
+            assert run.wall_s < 0.9 <= took, (run.wall_s, took)
+            assert run.phases["reap"] >= 0.9
+            ended = datetime.fromisoformat(run.ended_utc) - datetime.fromisoformat(run.started_utc)
+            assert abs(ended.total_seconds() - run.wall_s) < 0.05, "ended_utc is when the record arrived"
+        else:
+            assert len(link.read_paths) == 1, "no record on the channel: its file is read"
+            assert run.wall_s >= exit_s and "reap" not in run.phases
+
+
 def test_the_fresh_folder_wrapper_empties_the_folder_makes_it_the_tmpdir_and_writes_the_pid(tmp_path: Path) -> None:
     """The one command a single cell runs, run for real by sh: a folder left from an earlier attempt is emptied,
     a new one is made (parents too), the command sees it as its TMPDIR and is the process whose pid is written."""
@@ -331,7 +401,7 @@ def test_connect_opens_each_targets_link_and_file_session_ahead_of_its_first_cel
         name = "h1"
         files_open = False
 
-        def run(self, argv, *, env=None, timeout=None) -> CommandResult:
+        def run(self, argv, *, env=None, timeout=None, on_stdout=None) -> CommandResult:
             return CommandResult(0, "", "")
 
         def read(self, path: str) -> bytes:

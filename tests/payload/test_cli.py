@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import REPO
+from support import REPO, need
 
 from dlinfra.record import config_hash
 
@@ -165,6 +165,19 @@ def test_record_goes_to_stdout_as_one_line_with_local_defaults(run_payload) -> N
     assert p.cell_hash == config_hash(p.cell_config)
     assert p.cpu_set == sorted(os.sched_getaffinity(0))
     assert p.start_utc < p.end_utc and p.tf_version.startswith("2.")
+
+
+def test_echo_record_prints_the_record_written_and_sysbench_imports_no_tensorflow(run_payload, tmp_path: Path) -> None:
+    """``--echo-record``: the file's record is also the one line on stdout (the launcher stops a cell's clock
+    when it arrives). A sysbench run measures no TensorFlow and does not import it (2.4 s of a 6 s cell here)."""
+    need(shutil.which("sysbench") is not None, "the sysbench program")
+    out = tmp_path / "r.json"
+    done = run_payload("run", "--workload", "sysbench-cpu", "--time", "1", "--echo-record", out=out, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == out.read_text().splitlines()
+    metrics = done.record.metrics
+    assert metrics.extra["phases_s"]["import"] < 0.05
+    assert metrics.elapsed_s < 1 + 1.5, metrics.extra["phases_s"]
 
 
 @pytest.mark.slow
