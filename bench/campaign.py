@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from datetime import datetime
 from pathlib import Path
@@ -123,7 +124,8 @@ def bench_demo(work: Path) -> list[float]:
         times.append(time.monotonic() - started)
         last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
         print(f"  demo run {i + 1}: {times[-1]:.0f} s, exit {proc.returncode}: {last}")
-        if proc.returncode != 0:
+        if proc.returncode != 0:  # what it said before its last line names the cause
+            print(textwrap.indent("\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:]), "    "))
             return []
     return times
 
