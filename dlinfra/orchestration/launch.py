@@ -67,15 +67,14 @@ class ProcessOutcome:
     killed: bool = False
     #: What it printed: its record, one line, the moment it was written (``--echo-record``).
     stdout: str = ""
-    #: When the first line of ``stdout`` was complete (monotonic, UTC).
-    line_at: tuple[float, str] | None = None
-    #: ``line_at`` where ``record`` is that line: when the controller held its record.
-    record_at: tuple[float, str] | None = None
+    #: When the controller held its record (monotonic, UTC): the end of the first line of ``stdout``, kept by
+    #: :meth:`Launcher._fetch` only where that line is its record.
+    echoed_at: tuple[float, str] | None = None
 
     def take_stdout(self, piece: str) -> None:
         """``on_stdout`` of its command: stamps the end of its first line (its record)."""
-        if self.line_at is None and "\n" in piece:
-            self.line_at = (time.monotonic(), _now())
+        if self.echoed_at is None and "\n" in piece:
+            self.echoed_at = (time.monotonic(), _now())
 
     @property
     def where(self) -> str:
@@ -420,7 +419,7 @@ class Launcher:
         t_exit = time.monotonic()
         self._fetch(cell, repeat, outcomes, conns)
         phases["fetch"] = time.monotonic() - t_exit
-        arrivals = [o.record_at for o in outcomes]
+        arrivals = [o.echoed_at for o in outcomes]
         # The cell ends when the controller holds every record: the processes' exits after that (the kernel
         # tearing a TensorFlow process down, 0.1-0.6 s in an emulated guest) are reaped off its clock.
         held = max(a for a in arrivals if a is not None) if reason is None and all(arrivals) else None
@@ -540,12 +539,13 @@ class Launcher:
     ) -> None:
         for outcome, (conn, key) in zip(outcomes, conns, strict=True):
             p = outcome.process
+            echoed_at, outcome.echoed_at = outcome.echoed_at, None  # kept below only for a record of this cell
             if outcome.error and "connection lost" in outcome.error:
                 self.pool.drop(*key)
                 continue
             echoed = self._own_record(outcome.stdout.split("\n", 1)[0], cell, repeat)
             if isinstance(echoed, RunRecord):  # as printed on its channel: no file to fetch
-                outcome.record, outcome.record_at = echoed, outcome.line_at
+                outcome.record, outcome.echoed_at = echoed, echoed_at
                 continue
             try:
                 text = conn.read(f"{self._run_dir(p, cell, repeat)}/{p.key}.json").decode()
