@@ -5,11 +5,27 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup deps daemons openstack demo test lint bench clean
+# The test tiers (docs/testing.md): the fast tier is every test marked neither integration nor slow; it needs no
+# daemon, no testbed and no TensorFlow training, and runs with DLINFRA_TEST_TIER=fast, where a test that reaches
+# for a real component without its marker fails. `make test` runs lint and the fast tier first, before any daemon
+# is started, so that a plain mistake fails in minutes; then the daemons, the OpenStack venvs and the rest, on two
+# workers, but for the tests that compare measured speeds (marker measures): they run alone, last, since the
+# other worker's load would be what they measure.
+FAST_TIER := not integration and not slow
+# Two workers (tests/conftest.py says which tests share one): the machine's two cores, each kept busy.
+WORKERS := -n 2
+TIMED := scripts/timed.sh
+export DLINFRA_STAGES ?= $(abspath artifacts/stages.txt)
 
+.PHONY: setup test-setup deps daemons openstack demo test check fast-tier lint bench clean
+
+# What dlinfra and `make demo` need: Debian packages and the controller's venv. `test-setup` adds what only the
+# tests need (podman, PostgreSQL, MariaDB, Chromium; pytest, ruff, ansible-lint).
 setup: $(STAMP)
+test-setup: $(TEST_STAMP)
 
 deps:
 	scripts/install-deps.sh
@@ -18,6 +34,11 @@ $(STAMP): pyproject.toml scripts/install-deps.sh
 	scripts/install-deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[controller]'
+	touch $@
+
+$(TEST_STAMP): $(STAMP)
+	scripts/install-deps.sh test
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
@@ -34,13 +55,29 @@ daemons: setup
 demo: setup daemons
 	scripts/demo.sh
 
-lint: setup
+lint: test-setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/ansible-lint -q playbooks roles
 
-test: setup daemons openstack lint
-	$(BIN)/pytest
+fast-tier: test-setup
+	DLINFRA_TEST_TIER=fast $(BIN)/pytest $(WORKERS) -m "$(FAST_TIER)"
+
+# Lint and the fast tier: within 3 minutes on a 2-core machine.
+check: test-setup
+	@$(TIMED) lint $(MAKE) --no-print-directory lint
+	@$(TIMED) fast-tier $(MAKE) --no-print-directory fast-tier
+
+# CI's command: every stage says when it starts and how long it took, and a summary closes the run.
+test:
+	@mkdir -p $(dir $(DLINFRA_STAGES)) && rm -f $(DLINFRA_STAGES)
+	@$(TIMED) install $(MAKE) --no-print-directory test-setup
+	@$(MAKE) --no-print-directory check
+	@$(TIMED) daemons $(MAKE) --no-print-directory daemons
+	@$(TIMED) openstack $(MAKE) --no-print-directory openstack
+	@$(TIMED) suite $(BIN)/pytest $(WORKERS) -m "not ($(FAST_TIER)) and not measures"
+	@$(TIMED) measures $(BIN)/pytest -m measures
+	@$(TIMED) --summary
 
 # Every benchmark appends its figures to one file; the last line prints them as one table, goals beside them.
 # bench/openstack.py prints the providers' times beside the APIs' own (the issue sets no goal for them).
@@ -51,6 +88,7 @@ bench: setup daemons openstack
 	DLINFRA_BENCH_FIGURES=$(BENCH_FIGURES) $(BIN)/python bench/orchestration.py || true
 	DLINFRA_BENCH_FIGURES=$(BENCH_FIGURES) $(BIN)/python bench/campaign.py || true
 	$(BIN)/python bench/openstack.py || true
+	DLINFRA_BENCH_FIGURES=$(BENCH_FIGURES) $(BIN)/python bench/suite.py $(DLINFRA_STAGES) || true
 	$(BIN)/python bench/figures.py $(BENCH_FIGURES)
 
 clean:

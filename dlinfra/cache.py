@@ -7,13 +7,14 @@ beyond a few, so the cache does not grow by gigabytes with every new payload.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,25 @@ def building() -> Iterator[None]:
         yield
     finally:
         add_build(started, time.monotonic())
+
+
+def build_once(entry: Path, marker: str, build: Callable[[], None]) -> bool:
+    """Run ``build`` (which must leave ``entry/marker``) unless that marker is there already; True if it ran.
+
+    Why a lock: two processes that miss the same entry at once (two campaigns from one checkout, two test
+    workers) would each build it, and the second's atomic rename would replace the first's entry while the
+    first still reads it. The second waits for the first here, then finds the entry built.
+    """
+    if (entry / marker).exists():
+        return False
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with (entry.parent / f".{entry.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (entry / marker).exists():
+            return False
+        with building():
+            build()
+    return True
 
 
 def add_build(started: float, ended: float) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from support import need, session_service
+from support import component, need, session_service
 
 RESOURCE_CLASS = "dlinfra-test"
 _STATE: dict[str, Any] = {}
@@ -23,6 +23,7 @@ def ironic_service() -> Any:
     """
     from dlinfra.testbed.ironic import IronicService, ironic_available, openstack_venv
 
+    component("a standalone Ironic")
     if "service" not in _STATE:
         need(ironic_available(), f"Ironic in {openstack_venv()} (make openstack)")
     return session_service(_STATE, "dlinfra-ironic-test-", lambda folder: IronicService().start(folder))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from support import need, session_service
+from support import component, need, session_service
 
 #: A Glance image the conformance case boots (a few bytes: the fake driver never reads it).
 TEST_IMAGE = "dlinfra-test-image"
@@ -23,6 +23,7 @@ def nova_services() -> Any:
     point at it. Skips on a developer machine without the services' venv (``make openstack``); fails in CI."""
     from dlinfra.testbed.openstack import OpenStackServices, nova_available, nova_venv
 
+    component("the OpenStack services")
     if "service" not in _STATE:
         need(nova_available(), f"the OpenStack services in {nova_venv()} and mariadbd (make openstack)")
     return session_service(_STATE, "dlinfra-nova-test-", lambda folder: OpenStackServices().start(folder))

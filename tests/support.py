@@ -19,9 +19,16 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 IN_CI = bool(os.environ.get("CI"))
 
+#: ``make check`` runs the fast tier (tests marked neither ``integration`` nor ``slow``) with this set, before any
+#: daemon is started: a test of that tier that reaches for a real component fails, naming the marker it lacks.
+FAST_TIER = os.environ.get("DLINFRA_TEST_TIER") == "fast"
+
+#: The test being run (set by tests/conftest.py), so that :func:`component` can read its markers.
+current_test: pytest.Item | None = None
+
 #: The orchestration tests' local testbed; DLINFRA_TEST_TESTBED lets two checkouts run them at once on one
-#: machine, each on its own testbed (subnets are picked apart).
-TESTBED = os.environ.get("DLINFRA_TEST_TESTBED", "dlit")
+#: machine, each on its own testbed (subnets are picked apart), and each pytest-xdist worker has its own.
+TESTBED = os.environ.get("DLINFRA_TEST_TESTBED", "dlit") + os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
 
 
 def need(available: bool, what: str) -> None:
@@ -31,6 +38,14 @@ def need(available: bool, what: str) -> None:
     if IN_CI:
         pytest.fail(f"{what} is missing in CI: .ci/run must install and start it")
     pytest.skip(f"{what} is not available on this machine")
+
+
+def component(what: str) -> None:
+    """Declare that the running test uses a real component (a daemon, a local testbed, a guest, a database
+    server, an OpenStack service): such a test must be marked ``integration``, and the fast tier refuses it."""
+    item = current_test
+    if FAST_TIER and item is not None and item.get_closest_marker("integration") is None:
+        pytest.fail(f"{item.nodeid} uses {what}: mark it integration (the fast tier starts no real component)")
 
 
 def need_module(name: str):

@@ -24,7 +24,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlinfra.cache import building, cache_dir, keep_recent
+from dlinfra.cache import build_once, cache_dir, keep_recent
 from dlinfra.errors import DlinfraError
 from dlinfra.images.wheelhouse import Wheelhouse, sha256_of
 
@@ -104,9 +104,7 @@ def build_deps_archive(wh: Wheelhouse) -> DepsArchive | None:
     if shutil.which("zstd") is None:
         return None  # targets then install from the wheelhouse
     final = cache_dir("deps-archive", {"deps": wh.deps_hash, "interpreter": interpreter_tag(), "left_out": LEFT_OUT})
-    if not (final / _DONE).exists():
-        with building():
-            _assemble(final, wh)
+    build_once(final, _DONE, lambda: _assemble(final, wh))
     keep_recent(final, KEEP_ARCHIVES)
     return DepsArchive(
         path=final / ARCHIVE_NAME,

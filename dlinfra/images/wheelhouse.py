@@ -27,7 +27,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlinfra.cache import building, cache_dir, cache_key, keep_recent
+from dlinfra.cache import build_once, cache_dir, cache_key, keep_recent
 from dlinfra.errors import DlinfraError
 
 LOCK_NAME = "requirements.lock"
@@ -118,10 +118,8 @@ def _pip(args: list[str], what: str) -> None:
 
 def _build_deps(pins: list[str], key: dict[str, str]) -> Path:
     target = cache_dir("wheelhouse-deps", key)
-    if (target / _DONE).exists():
-        return target
-    with building():
-        target.parent.mkdir(parents=True, exist_ok=True)
+
+    def build() -> None:
         tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
         try:
             _pip(["wheel", "--disable-pip-version-check", "--wheel-dir", str(tmp), *pins], "payload requirements")
@@ -130,6 +128,8 @@ def _build_deps(pins: list[str], key: dict[str, str]) -> Path:
             tmp.rename(target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    build_once(target, _DONE, build)
     return target
 
 
@@ -243,9 +243,7 @@ def build_wheelhouse(extra: str = "payload") -> Wheelhouse:
     }
     deps = _build_deps(pins, deps_key)
     final = cache_dir("wheelhouse", {"deps": cache_key(deps_key), "source": source_hash(root)})
-    if not (final / _DONE).exists():
-        with building():
-            _assemble(final, deps, root)
+    build_once(final, _DONE, lambda: _assemble(final, deps, root))
     keep_recent(final, KEEP_WHEELHOUSES)
     lock = final / LOCK_NAME
     return Wheelhouse(

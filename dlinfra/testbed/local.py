@@ -12,6 +12,7 @@ through ``up``. Both are idempotent. Needs root (netns, bridge, iptables).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import ipaddress
 import json
@@ -24,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -260,10 +262,13 @@ class LocalTestbed:
                 f"testbed {self.name} exists with {len(st.hosts)} hosts, not {hosts}",
                 f"run 'dlinfra testbed down --name {self.name}' first",
             )
-        if st is None:
-            st = self._new_state(hosts, subnet)
         self.dir.mkdir(parents=True, exist_ok=True)
-        st.save()
+        if st is None:
+            with _subnet_choice():  # two testbeds coming up at once must not pick the same free /24
+                st = self._new_state(hosts, subnet)
+                st.save()
+        else:
+            st.save()
         try:
             self._bring_up(st)
         except BaseException:
@@ -713,6 +718,16 @@ def render_inventory(st: TestbedState) -> str:
     }
     header = f"# Local testbed {st.name!r}, written by 'dlinfra testbed up'. Removed by 'dlinfra testbed down'.\n"
     return header + yaml.safe_dump(inventory, sort_keys=False)
+
+
+@contextlib.contextmanager
+def _subnet_choice() -> Iterator[None]:
+    """Hold the machine's lock on choosing a testbed subnet until the new testbed's state file names its own."""
+    root = state_root() / "testbed"
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".subnet.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def all_testbeds() -> list[TestbedState]:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import need, need_binary
+from support import component, need, need_binary
 
 from dlinfra.cache import cache_dir
 from dlinfra.providers.containers.engine import Engine
@@ -31,6 +31,7 @@ def _root() -> bool:
 
 @pytest.fixture(scope="session")
 def docker() -> Engine:
+    component("dockerd")
     need_binary("dockerd")
     need(_root(), "root (to start dockerd)")
     from dlinfra.providers.containers.provider import controller_engine
@@ -40,6 +41,7 @@ def docker() -> Engine:
 
 @pytest.fixture(scope="session")
 def podman() -> Engine:
+    component("podman")
     need_binary("podman")
     need(_root(), "root (rootful podman)")
     engine = Engine("podman", host="localhost")

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from support import need, need_binary
+from support import component, need, need_binary
 
 from dlinfra.errors import TargetError
 from dlinfra.providers.containers import daemons
@@ -61,6 +61,7 @@ def _free_subnet() -> ipaddress.IPv4Network:
 
 @pytest.fixture(scope="module")
 def fake_host() -> Iterator[FakeHost]:
+    component("a network namespace")
     need(os.geteuid() == 0, "root (network namespaces)")
     need_binary("ip")
     tag = secrets.token_hex(3)

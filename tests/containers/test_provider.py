@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import need, need_binary
+from support import component, need, need_binary
 
 from dlinfra.errors import TargetError
 from dlinfra.providers.base import LayerSpec, Target
@@ -34,6 +34,7 @@ CPUS = "import os, json; print(json.dumps(sorted(os.sched_getaffinity(0))))"
 
 @pytest.fixture(scope="module")
 def testbed() -> Iterator[tuple[list, Path]]:
+    component("a local testbed")
     need(os.geteuid() == 0, "root (local testbed)")
     need_binary("sshd")
     from dlinfra.inventory import load_inventory

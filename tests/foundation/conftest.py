@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import need
+from support import component, need
 
 
 def _free_port() -> int:
@@ -29,6 +29,7 @@ def _pg_bin() -> Path | None:
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A throwaway PostgreSQL server: initdb in a temp dir, loopback port, trust auth, stopped at the end."""
+    component("a PostgreSQL server")
     bindir = _pg_bin()
     need(bindir is not None, "PostgreSQL server binaries (apt-get install postgresql)")
     assert bindir is not None
@@ -77,7 +78,7 @@ def postgres_url() -> Iterator[str]:
 _pg_db_counter = iter(range(10_000))
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Each store test runs once on an SQLite file and once on a fresh PostgreSQL database."""
     if request.param == "sqlite":

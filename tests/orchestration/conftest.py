@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import TESTBED, need, need_binary
+from support import TESTBED, component, need, need_binary
 
 
 @dataclass
@@ -31,6 +31,7 @@ class Deployed:
 
 
 def _need_testbed_tools() -> None:
+    component("the local testbed")
     need(os.geteuid() == 0, "root (the local testbed makes network namespaces)")
     for tool in ("sshd", "ip", "ssh-keygen", "ansible-playbook", "ansible-inventory", "sysbench"):
         need_binary(tool)

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import REPO, need, need_binary, need_module, run_cli
+from support import REPO, component, need, need_binary, need_module, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -53,6 +53,7 @@ def _forward_rules() -> str:
 
 
 def _need_root_tools(*tools: str) -> None:
+    component("namespaces, daemons and guests")
     need(os.geteuid() == 0, "root (namespaces, dockerd, libvirtd)")
     for tool in ("ip", "sshd", "ssh-keygen", "unshare", "iptables", *tools):
         need_binary(tool)
@@ -422,6 +423,13 @@ def test_sigkill_during_vm_bring_up_then_startup_sweep_leaves_nothing(tmp_path: 
 
 
 # -------------------------------------------------------------- testbed down
+def _containers_no_run_made() -> set[str]:
+    """Names of the machine dockerd's containers that carry no dlinfra run label."""
+    out = subprocess.run(["docker", "ps", "-a", "--format", '{{.Names}} {{.Label "dlinfra.run"}}'],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return {line.split()[0] for line in out.splitlines() if len(line.split()) == 1}
+
+
 def _tiny_rootfs(path: Path) -> Path:
     """A root filesystem holding /bin/sleep and its libraries: a real process, without any registry."""
     files = ["/bin/sleep"]
@@ -477,10 +485,16 @@ def test_testbed_down_removes_daemons_mounts_data_roots_rules_and_files(tmp_path
     name = "dlswt"
     tb = LocalTestbed(name)
     tb.down()
-    machine_containers = subprocess.run(["docker", "ps", "-aq"], capture_output=True, text=True).stdout.split()
-    st = tb.up(2)
     rootfs = _tiny_rootfs(tmp_path / "rootfs.tar")
     try:
+        # A container of the machine's own dockerd, not the testbed's: down must leave it (and every other one
+        # that no dlinfra run made: a run's own, of the other test worker, may come and go meanwhile).
+        subprocess.run(["docker", "import", str(rootfs), "dlswt-own:1"], capture_output=True, check=True)
+        subprocess.run(["docker", "run", "-d", "--name", "dlswt-own", "--network", "none", "dlswt-own:1",
+                        "/bin/sleep", "infinity"], capture_output=True, check=True)  # fmt: skip
+        machine_containers = _containers_no_run_made()
+        assert "dlswt-own" in machine_containers
+        st = tb.up(2)
         h1, h2 = st.hosts
         paths = _busy_host_dockerd(h1.netns, rootfs)
         podman = Engine("podman", host=h2.name, netns=h2.netns)  # as the ctr layer places one on a testbed host
@@ -506,12 +520,13 @@ def test_testbed_down_removes_daemons_mounts_data_roots_rules_and_files(tmp_path
             subprocess.run(["docker", "--host", f"unix://{DEFAULT_SOCKET}", "info"], capture_output=True).returncode
             == 0
         )
-        still = subprocess.run(["docker", "ps", "-aq"], capture_output=True, text=True).stdout.split()
-        assert set(machine_containers) - set(still) == set()
+        assert machine_containers <= _containers_no_run_made()
         again = run_cli("testbed", "down", "--name", name)
         assert again.returncode == 0 and "nothing to remove" in again.stdout, again.stdout
     finally:
         tb.down()
+        subprocess.run(["docker", "rm", "-f", "dlswt-own"], capture_output=True)
+        subprocess.run(["docker", "rmi", "dlswt-own:1"], capture_output=True)
         subprocess.run(["podman", "rm", "-f", "--time", "0", "dlswt-pod"], capture_output=True)
         subprocess.run(["podman", "rmi", "dlswtiny:1"], capture_output=True)
 

@@ -27,11 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import need, need_binary, need_module
+from support import component, need, need_binary, need_module
 
 from dlinfra.errors import SpecError
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+#: This worker's one-host testbed (each pytest-xdist worker runs some cases: tests/conftest.py); its host
+#: ``{TESTBED}-h1`` stands in for the Ironic node and the Nova server.
+TESTBED = "dlpc" + os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class Case:
 
 
 def _need_testbed() -> None:
+    component("the local testbed")
     need(os.geteuid() == 0, "root (the local testbed makes network namespaces)")
     for tool in ("sshd", "ip", "ssh-keygen", "ansible-playbook", "unshare"):
         need_binary(tool)
@@ -74,18 +79,18 @@ def _need_libvirt() -> None:
 
 def _need_ironic() -> None:
     """A real standalone Ironic (started once per test process) with a fake-hardware node named after the
-    testbed's host ``dlpc-h1``: that host stands in for the machine the node would be."""
+    testbed's host ``{TESTBED}-h1``: that host stands in for the machine the node would be."""
     _need_testbed()
     need_module("openstack")
     from ironic_support import enroll, ironic_service
 
     ironic_service()  # sets OS_CLIENT_CONFIG_FILE and OS_CLOUD for this process and the controllers it starts
-    enroll("dlpc-h1")
+    enroll(f"{TESTBED}-h1")
 
 
 def _need_nova() -> None:
     """Real OpenStack services (started once per test process) and a Glance image; the server is named after the
-    testbed's host ``dlpc-h1``, which stands in for the guest (Nova's fake virt driver runs none)."""
+    testbed's host ``{TESTBED}-h1``, which stands in for the guest (Nova's fake virt driver runs none)."""
     _need_testbed()
     need_module("openstack")
     from nova_support import nova_services, test_image
@@ -129,8 +134,8 @@ CASES = [
         _need_ironic, deploy=True,
     ),
     Case(
-        "nova", "vm", {"name_prefix": "dlpc-h", "image": "dlinfra-test-image", "network": "dlinfra-net", "ram_mb": 256,
-                       "disk_gb": 1, "poll_interval": 0.1, "boot_timeout": 120},
+        "nova", "vm", {"name_prefix": f"{TESTBED}-h", "image": "dlinfra-test-image", "network": "dlinfra-net",
+                       "ram_mb": 256, "disk_gb": 1, "poll_interval": 0.1, "boot_timeout": 120},
         [({"count": 0}, r"layer_options.vm.count: 0 must be a positive integer"),
          ({"cpu_policy": "pinned"}, r"layer_options.vm.cpu_policy: 'pinned' is not one of dedicated"),
          ({"pci_alias": "gpu:x"}, r"layer_options.vm.pci_alias: 'gpu:x' must be"),
@@ -169,7 +174,7 @@ def testbed() -> Iterator[Any]:
     _need_testbed()
     from dlinfra.testbed.local import LocalTestbed
 
-    tb = LocalTestbed("dlpc")
+    tb = LocalTestbed(TESTBED)
     tb.down()
     state = tb.up(1)
     try:

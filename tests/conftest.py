@@ -1,0 +1,76 @@
+"""Rules for every test folder: what a test uses decides its markers, and what it shares decides its worker.
+
+Markers: ``integration`` when a test uses a real component (a daemon, a local testbed, a guest, PostgreSQL, an
+OpenStack service); ``slow`` when it trains TensorFlow or takes more than a few seconds. ``make check`` runs the
+rest (the fast tier) with ``DLINFRA_TEST_TIER=fast``, where :func:`support.component` fails a test that reaches for
+a real component without its marker, so the markers cannot drift from what the tests do.
+
+Workers: ``make test`` runs both tiers on two pytest-xdist workers (``-n 2``): most of the suite keeps one core
+busy (one emulated guest, one Ansible run, one TensorFlow process) and the machine has two. Each worker has its
+own local testbed (:data:`support.TESTBED`). What is machine-wide runs on one worker, one test after another: the
+``hypervisor`` unit (:data:`UNITS`) holds the tests that boot guests under libvirtd and reach them (the
+boot-reset tests' firewall rule drops every run guest's SSH; one TCG guest is one core), stop libvirtd (host
+prep) or sweep what dead runs left; the ``openstack`` unit, those that start the OpenStack services (fixed
+ports; a second stack would cost a minute). The largest unit is handed out first; the other worker takes the
+rest meanwhile. The grouping is this file's scheduler (:func:`pytest_xdist_make_scheduler`), by test path:
+xdist's own ``xdist_group`` marker does not group under pytest 9.2, whose node ids it can no longer rewrite.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import support
+
+#: The units of work that run on one worker, one test after another: (unit, test path prefixes, parameter ids).
+#: A test matches a unit when its node id starts with one of the prefixes and, where ids are given, holds one.
+UNITS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    # Keystone, Placement, Glance, Neutron, Nova and Ironic: one stack per worker process, on fixed ports.
+    ("openstack", ("tests/providers/test_ironic.py", "tests/providers/test_nova.py"), ()),
+    ("openstack", ("tests/providers/test_conformance.py",), ("[ironic-", "[nova-")),
+    ("hypervisor", ("tests/vm/", "tests/providers/test_host_prep.py", "tests/orchestration/test_sweep.py"), ()),
+    ("hypervisor", ("tests/providers/test_conformance.py",), ("[libvirt-",)),
+)
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to (:data:`UNITS`), else the test alone (any worker, any time)."""
+    for unit, prefixes, ids in UNITS:
+        if nodeid.startswith(prefixes) and (not ids or any(i in nodeid for i in ids)):
+            return unit
+    return nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's scope scheduler with :func:`work_unit` as the scope; largest unit first (``--loadscope-reorder``)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class HypervisorGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return HypervisorGroup(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # A worker's readline exports an 80x24 terminal it does not have: the CLI's output, read through a pipe
+        # as a user's script reads it, must keep the width dlinfra gives a pipe, as in a run without workers.
+        for name in ("COLUMNS", "LINES"):
+            os.environ.pop(name, None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    support.current_test = item
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    try:
+        return (yield)
+    finally:
+        support.current_test = None
