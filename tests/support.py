@@ -26,9 +26,13 @@ FAST_TIER = os.environ.get("DLINFRA_TEST_TIER") == "fast"
 #: The test being run (set by tests/conftest.py), so that :func:`component` can read its markers.
 current_test: pytest.Item | None = None
 
+#: This pytest-xdist worker's number ("" without workers): what a testbed name ends with, so that each worker
+#: has its own testbeds (tests/conftest.py).
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
+
 #: The orchestration tests' local testbed; DLINFRA_TEST_TESTBED lets two checkouts run them at once on one
-#: machine, each on its own testbed (subnets are picked apart), and each pytest-xdist worker has its own.
-TESTBED = os.environ.get("DLINFRA_TEST_TESTBED", "dlit") + os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
+#: machine, each on its own testbed (subnets are picked apart).
+TESTBED = os.environ.get("DLINFRA_TEST_TESTBED", "dlit") + WORKER
 
 
 def need(available: bool, what: str) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import component, need, need_binary, need_module
+from support import WORKER, component, need, need_binary, need_module
 
 from dlinfra.errors import SpecError
 
@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180
 
 #: This worker's one-host testbed (each pytest-xdist worker runs some cases: tests/conftest.py); its host
 #: ``{TESTBED}-h1`` stands in for the Ironic node and the Nova server.
-TESTBED = "dlpc" + os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
+TESTBED = "dlpc" + WORKER
 
 
 @dataclass(frozen=True)
