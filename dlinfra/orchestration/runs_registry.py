@@ -308,13 +308,8 @@ def recorded_objects(kinds: set[str]) -> dict[str, list[dict[str, Any]]]:
     return found
 
 
-def is_live(label: str) -> bool:
-    """Whether a live process (this one included) holds ``label``'s claim."""
-    if label in _HELD:
-        return True
-    path = runs_dir() / f"{label}.json"
-    if label in _TAKEN or not path.exists():
-        return False
+def _locked(path: Path) -> bool:
+    """Whether some process holds ``path``'s lock (its controller, or a sweep)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -328,9 +323,32 @@ def is_live(label: str) -> bool:
     return False
 
 
+def being_swept(label: str) -> bool:
+    """Whether another process's sweep holds ``label``'s file (its controller is gone): the lock is held and the
+    file names the sweep (:func:`take_over` writes ``swept_by``)."""
+    path = runs_dir() / f"{label}.json"
+    return label not in _HELD and label not in _TAKEN and "swept_by" in _peek(path) and _locked(path)
+
+
+def is_live(label: str) -> bool:
+    """Whether a live controller (this process included) holds ``label``'s claim; a run that another process
+    is sweeping is not live."""
+    if label in _HELD:
+        return True
+    path = runs_dir() / f"{label}.json"
+    if label in _TAKEN or not path.exists():
+        return False
+    return _locked(path) and "swept_by" not in _peek(path)
+
+
 def live_runs() -> list[RunInfo]:
     """Runs whose controller still holds their claim (never swept)."""
     return [_info(label, path, _peek(path)) for label, path in _labels_on_disk() if is_live(label)]
+
+
+def runs_being_swept() -> list[RunInfo]:
+    """Dead runs that another process is sweeping now (see :func:`being_swept`)."""
+    return [_info(label, path, _peek(path)) for label, path in _labels_on_disk() if being_swept(label)]
 
 
 def dead_runs() -> list[RunInfo]:
@@ -362,8 +380,10 @@ class TakeOver:
 
 
 @contextlib.contextmanager
-def take_over(label: str, *, create: bool = False) -> Iterator[TakeOver | None]:
-    """Lock ``label``'s state file for a sweep; yields None when a live controller holds it.
+def take_over(label: str, *, create: bool = False, wait_s: float = 0.0) -> Iterator[TakeOver | None]:
+    """Lock ``label``'s state file for a sweep; yields None when a live controller (or, after ``wait_s``, another
+    sweep) holds it. While locked, the file names this sweep (``swept_by``), so that others do not take the run
+    for a live one.
 
     With ``create``, a label without a file (objects from before the registry)
     gets one for the time of the sweep, so no new run can claim it meanwhile; it
@@ -381,11 +401,13 @@ def take_over(label: str, *, create: bool = False) -> Iterator[TakeOver | None]:
         return
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     existed = path.exists()
-    fd = _lock(path, wait_s=0)
+    fd = _lock(path, wait_s=wait_s)
     if fd is None:
         yield None
         return
-    handle = TakeOver(_info(label, path, _read(fd)), fd)
+    data = {key: value for key, value in _read(fd).items() if key != "swept_by"}  # a crashed sweep's mark
+    handle = TakeOver(_info(label, path, data), fd)
+    _write(fd, {**data, "swept_by": os.getpid()})
     ok = False
     _TAKEN.add(label)
     try:
@@ -396,4 +418,6 @@ def take_over(label: str, *, create: bool = False) -> Iterator[TakeOver | None]:
         if not existed or (ok and not handle.keep):  # a file made only for the sweep never outlives it
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+        else:  # kept for a later sweep, as it was found
+            _write(fd, data)
         os.close(fd)

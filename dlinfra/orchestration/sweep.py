@@ -29,12 +29,23 @@ from rich.console import Console
 from dlinfra.errors import DlinfraError
 from dlinfra.orchestration import process_groups
 from dlinfra.orchestration.orphans import orphaned_playbooks, stop_orphaned_playbooks
-from dlinfra.orchestration.runs_registry import check_label, dead_runs, is_live, is_valid_label, take_over
+from dlinfra.orchestration.runs_registry import (
+    being_swept,
+    check_label,
+    dead_runs,
+    is_live,
+    is_valid_label,
+    runs_being_swept,
+    take_over,
+)
 from dlinfra.orchestration.sweep_report import SweepReport
 from dlinfra.transport import SshEndpoint, SshTransport
 
 if TYPE_CHECKING:
     from dlinfra.providers.base import Provider
+
+#: How long ``dlinfra sweep RUN`` waits for another process's sweep of that run (an Ironic undeploy's bound).
+OTHER_SWEEP_WAIT_S = 1800.0
 
 
 def sweep(
@@ -44,6 +55,7 @@ def sweep(
     include_testbed: bool | str = False,
     dry_run: bool = False,
     discover: bool = True,
+    wait_for_other_sweeps: bool = True,
 ) -> SweepReport:
     """Remove every object of dead dlinfra runs (or of run ``run_label`` only, unless it is alive).
 
@@ -52,6 +64,8 @@ def sweep(
     ``discover``: also look for labelled objects of runs that left no state file.
     ``include_testbed``: also take down every local testbed (``True``) or the one of that name (as
     ``dlinfra testbed down``), with what ran on it. ``dry_run``: list, remove nothing.
+    ``wait_for_other_sweeps``: a run of those asked for that another process is sweeping (a campaign's start-up
+    sweep) is waited for, so that what this sweep reports gone is gone; without, it is left to that sweep.
     """
     report = SweepReport(dry_run=dry_run)
     if run_label is not None:
@@ -61,9 +75,10 @@ def sweep(
     report.add("ansible runs", *map(str, orphans))
     recorded = {info.label: info.objects for info in dead_runs() if campaign is None or info.campaign == campaign}
     found = _discover(run_label) if discover and campaign is None else {}
-    labels = sorted((set(recorded) | set(found)) if run_label is None else {run_label})
+    elsewhere = {r.label for r in runs_being_swept() if campaign is None or r.campaign == campaign}
+    labels = sorted((set(recorded) | set(found) | elsewhere) if run_label is None else {run_label})
     for label in labels:
-        _sweep_run(label, found.get(label, []), report)
+        _sweep_run(label, found.get(label, []), report, wait_for_other_sweep=wait_for_other_sweeps and not dry_run)
     if include_testbed:
         _sweep_testbeds(report, None if include_testbed is True else str(include_testbed))
     return report
@@ -77,7 +92,7 @@ def sweep_dead_runs(console: Console | None = None) -> SweepReport:
     removed is reported and the campaign goes on.
     """
     try:
-        report = sweep(discover=False)
+        report = sweep(discover=False, wait_for_other_sweeps=False)
     except Exception as exc:  # noqa: BLE001 - a sweep must never stop a campaign from starting
         report = SweepReport()
         report.error(f"sweeping crashed runs failed: {exc}")
@@ -106,10 +121,20 @@ def _sweepers() -> list[type[Provider]]:
     return sorted(classes, key=lambda c: not any(below for below in c.layers.values()))
 
 
-def _sweep_run(label: str, discovered: list[dict[str, Any]], report: SweepReport) -> None:
-    with take_over(label, create=True) as held:
+def _sweep_run(
+    label: str, discovered: list[dict[str, Any]], report: SweepReport, *, wait_for_other_sweep: bool = False
+) -> None:
+    """Sweep one dead run. Another process's sweep of it (a campaign's start-up sweep) is skipped, or, when
+    ``wait_for_other_sweep``, waited for: after it, the run's objects are gone, or still recorded for this sweep."""
+    other_sweep = being_swept(label)
+    with take_over(
+        label, create=True, wait_s=OTHER_SWEEP_WAIT_S if other_sweep and wait_for_other_sweep else 0
+    ) as held:
         if held is None:
-            report.skip(f"run {label}: its controller is alive")
+            report.skip(
+                f"run {label}: "
+                + ("another dlinfra sweep is removing it" if other_sweep else "its controller is alive")
+            )
             return
         info = held.info
         if info.host and info.host != socket.gethostname():

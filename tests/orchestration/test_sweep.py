@@ -102,69 +102,6 @@ def testbed_one() -> Iterator[object]:
         tb.down()
 
 
-# ------------------------------------------------------------- the registry
-_HOLDER = """
-import os, signal, sys, time
-from dlinfra.orchestration.runs_registry import claim
-held = claim(sys.argv[1], "ctr", host="h1")
-held.add("folder", key="f", path="/nonexistent/ctr/" + sys.argv[1])
-if sys.argv[2] == "fork":  # a child that outlives its parent must not keep the run alive
-    if os.fork() == 0:  # the child says "claimed" once its fork handlers have run, so the test never races them
-        print("claimed", flush=True)
-        time.sleep(60)
-        os._exit(0)
-else:
-    print("claimed", flush=True)
-time.sleep(60)
-"""
-
-
-def _holder(label: str, mode: str, cache: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, label, mode], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "DLINFRA_CACHE": str(cache)}, start_new_session=True)  # fmt: skip
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "claimed"
-    return proc
-
-
-def test_registry_tells_live_runs_from_killed_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A claim is live while its process lives, whatever else holds its fd; SIGKILL makes it dead, with its record."""
-    from dlinfra.errors import DlinfraError
-    from dlinfra.orchestration import runs_registry as reg
-
-    monkeypatch.setenv("DLINFRA_CACHE", str(tmp_path))
-    mine = reg.claim("rmine", "libvirt", uri="qemu:///system")
-    again = reg.claim("rmine", "ctr")  # the same process joins its own claim
-    assert reg.is_live("rmine") and not reg.dead_runs()
-    again.release()
-    assert reg.is_live("rmine")
-    mine.release()
-    assert not reg.is_live("rmine") and not (tmp_path / "runs" / "rmine.json").exists()
-
-    other = _holder("rother", "plain", tmp_path)
-    try:
-        assert [r.label for r in reg.live_runs()] == ["rother"] and reg.dead_runs() == []
-        with pytest.raises(DlinfraError, match=f"in use by another live dlinfra process \\(pid {other.pid}\\)"):
-            reg.claim("rother", "ctr", wait_s=0.5)
-        with reg.take_over("rother") as held:
-            assert held is None  # a sweep never takes a live run's file
-    finally:
-        os.killpg(other.pid, signal.SIGKILL)
-        other.wait()
-    [dead] = reg.dead_runs()
-    assert dead.label == "rother" and dead.pid == other.pid and dead.kinds == ["ctr", "folder"]
-    with reg.take_over("rother") as held:
-        assert held is not None and held.info.of_kind("folder")[0]["path"].endswith("/ctr/rother")
-    assert reg.dead_runs() == [] and not (tmp_path / "runs" / "rother.json").exists()
-
-    forked = _holder("rfork", "fork", tmp_path)
-    os.kill(forked.pid, signal.SIGKILL)  # the parent only: its forked child sleeps on
-    forked.wait()
-    try:
-        assert [r.label for r in reg.dead_runs()] == ["rfork"]
-    finally:
-        os.killpg(forked.pid, signal.SIGKILL)
-
-
 # ---------------------------------------------------------------- ctr, SIGKILL
 @pytest.mark.parametrize("how", ["sweep", "resume"])
 def test_sigkill_during_a_ctr_cell_then_sweep_leaves_nothing(testbed_one, tmp_path: Path, how: str) -> None:
