@@ -12,8 +12,9 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # daemon, no testbed and no TensorFlow training, and runs with DLINFRA_TEST_TIER=fast, where a test that reaches
 # for a real component without its marker fails. `make test` runs lint and the fast tier first, before any daemon
 # is started, so that a plain mistake fails in minutes; then the daemons, the OpenStack venvs and the rest, on two
-# workers, but for the tests that compare measured speeds (marker measures): they run alone, last, since the
-# other worker's load would be what they measure.
+# workers, but for the tests that need the machine to themselves (marker alone): those that compare measured speeds
+# (the other worker's load would be what they measure) or stop libvirtd (under the other worker's guests). They run
+# last, one at a time.
 FAST_TIER := not integration and not slow
 # Two workers (tests/conftest.py says which tests share one): the machine's two cores, each kept busy.
 WORKERS := -n 2
@@ -75,8 +76,8 @@ test:
 	@$(MAKE) --no-print-directory check
 	@$(TIMED) daemons $(MAKE) --no-print-directory daemons
 	@$(TIMED) openstack $(MAKE) --no-print-directory openstack
-	@$(TIMED) suite $(BIN)/pytest $(WORKERS) -m "not ($(FAST_TIER)) and not measures"
-	@$(TIMED) measures $(BIN)/pytest -m measures
+	@$(TIMED) suite $(BIN)/pytest $(WORKERS) -m "not ($(FAST_TIER)) and not alone"
+	@$(TIMED) alone $(BIN)/pytest -m alone
 	@$(TIMED) --summary
 
 # Every benchmark appends its figures to one file; the last line prints them as one table, goals beside them.

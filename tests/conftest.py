@@ -7,13 +7,15 @@ a real component without its marker, so the markers cannot drift from what the t
 
 Workers: ``make test`` runs both tiers on two pytest-xdist workers (``-n 2``): most of the suite keeps one core
 busy (one emulated guest, one Ansible run, one TensorFlow process) and the machine has two. Each worker has its
-own local testbed (:data:`support.TESTBED`). What is machine-wide runs on one worker, one test after another: the
-``hypervisor`` unit (:data:`UNITS`) holds the tests that boot guests under libvirtd and reach them (the
-boot-reset tests' firewall rule drops every run guest's SSH; one TCG guest is one core), stop libvirtd (host
-prep) or sweep what dead runs left; the ``openstack`` unit, those that start the OpenStack services (fixed
-ports; a second stack would cost a minute). The largest unit is handed out first; the other worker takes the
-rest meanwhile. The grouping is this file's scheduler (:func:`pytest_xdist_make_scheduler`), by test path:
-xdist's own ``xdist_group`` marker does not group under pytest 9.2, whose node ids it can no longer rewrite.
+own local testbed (:data:`support.TESTBED`). A test file is a unit of work, so that its module fixtures (a booted
+guest, a testbed) are made once, on one worker; :data:`UNITS` joins files that must not run beside each other:
+the ``openstack`` unit holds the tests that start the OpenStack services (fixed ports; a second stack would cost a
+minute), the ``guest-bounds`` unit the guest tests that assert how long a boot may take. Guests of different
+tests run side by side: each run has its own network (the boot-reset tests' firewall rule drops their own /24
+only). What needs the machine to itself (marker ``alone``: it compares measured speeds, or stops libvirtd) runs
+after the parallel part, one test after another. The grouping is this file's scheduler
+(:func:`pytest_xdist_make_scheduler`), by test path: xdist's own ``xdist_group`` marker does not group under
+pytest 9.2, whose node ids it can no longer rewrite.
 """
 
 from __future__ import annotations
@@ -30,28 +32,28 @@ UNITS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     # Keystone, Placement, Glance, Neutron, Nova and Ironic: one stack per worker process, on fixed ports.
     ("openstack", ("tests/providers/test_ironic.py", "tests/providers/test_nova.py"), ()),
     ("openstack", ("tests/providers/test_conformance.py",), ("[ironic-", "[nova-")),
-    ("hypervisor", ("tests/vm/", "tests/providers/test_host_prep.py", "tests/orchestration/test_sweep.py"), ()),
-    ("hypervisor", ("tests/providers/test_conformance.py",), ("[libvirt-",)),
+    # Bounds on a guest's boot (KVM stall verdicts, SSH after the login prompt): one of them at a time.
+    ("guest-bounds", ("tests/vm/test_boot_reset.py", "tests/vm/test_kvm_stall.py"), ()),
 )
 
 
 def work_unit(nodeid: str) -> str:
-    """The unit of work a test belongs to (:data:`UNITS`), else the test alone (any worker, any time)."""
+    """The unit of work a test belongs to (:data:`UNITS`), else its file's."""
     for unit, prefixes, ids in UNITS:
         if nodeid.startswith(prefixes) and (not ids or any(i in nodeid for i in ids)):
             return unit
-    return nodeid
+    return nodeid.split("::", 1)[0]
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """xdist's scope scheduler with :func:`work_unit` as the scope; largest unit first (``--loadscope-reorder``)."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class HypervisorGroup(LoadScopeScheduling):
+    class ByUnit(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
-    return HypervisorGroup(config, log)
+    return ByUnit(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -22,7 +22,7 @@ from support import TESTBED, run_cli
 
 from dlinfra.results.store import open_store
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.measures]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.alone]
 
 
 def _spec(tmp_path: Path, name: str, ctr_options: str = "") -> Path:

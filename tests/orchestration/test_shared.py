@@ -132,7 +132,7 @@ def _background_processes(campaign_id: str) -> list[str]:
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.measures
+@pytest.mark.alone
 def test_a_cpu_hog_on_the_same_host_is_reported_slower_and_is_gone_after(deployed, tmp_path: Path) -> None:
     host = deployed.bed.state.hosts[0]
     spec = tmp_path / "shared.yml"

@@ -50,6 +50,7 @@ def _libvirt_answers() -> bool:
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.alone  # it stops libvirtd, which the other worker's guest tests use
 def test_prepare_starts_stopped_daemons_then_changes_nothing(tmp_path: Path) -> None:
     """The hypervisor role, as a campaign runs it: daemons stopped -> started (changed) -> unchanged."""
     need(os.geteuid() == 0, "root (libvirtd)")

@@ -1,11 +1,12 @@
 """A guest that shows its login prompt but does not answer SSH is reset once, and the message says what the
 host sees of its address.
 
-The fault is real: a rule in this host's firewall drops the guest's SSH answers (its network answers ARP,
-its sshd's packets never arrive), as a guest whose SSH is broken looks from the controller. The rule goes
-once the provider has reset the guest, which then comes up; left in place, the layer fails within its boot
-timeout naming the address and its neighbour entry. The guest is a real one under libvirtd (QEMU TCG here),
-from the cached guest image; only the wait before the reset is shortened (120 s in use).
+The fault is real: a rule in this host's firewall drops the SSH answers of these tests' guests (their own
+/24: other tests' guests boot meanwhile), as a guest whose SSH is broken looks from the controller; its network
+still answers ARP. The rule goes once the provider has reset the guest, which then comes up; left in place, the
+layer fails as soon as the reset guest shows its prompt again without answering, naming the address and its
+neighbour entry. The guest is a real one under libvirtd (QEMU TCG here), from the cached guest image; only the
+wait before the reset is shortened (120 s in use).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
 
-#: Drops what guests of the run networks' pool send from port 22: only these tests' guests boot meanwhile.
-RULE = ["INPUT", "-s", "10.214.0.0/16", "-p", "tcp", "--sport", "22", "-m", "comment", "--comment",
+#: The run network of these tests' guests: the pool's last /24, which no other run takes while lower ones are free.
+SUBNET = "10.214.254.0/24"
+#: Drops what these tests' guests send from port 22, and nothing of any other guest (other tests boot theirs meanwhile).
+RULE = ["INPUT", "-s", SUBNET, "-p", "tcp", "--sport", "22", "-m", "comment", "--comment",
         "dlinfra-test-boot-reset", "-j", "DROP"]  # fmt: skip
 
 
@@ -72,7 +75,9 @@ def _boot(
 
     said = io.StringIO()
     progress.use_console(Console(file=said, width=400))
-    provider = LibvirtProvider(image=build_guest_image(), state_dir=tmp_path / "state", boot_timeout=boot_timeout)
+    provider = LibvirtProvider(
+        image=build_guest_image(), state_dir=tmp_path / "state", subnet=SUBNET, boot_timeout=boot_timeout
+    )
     done = threading.Event()
 
     def watch() -> None:
@@ -105,16 +110,19 @@ def test_a_guest_that_does_not_answer_ssh_after_its_prompt_is_reset_and_comes_up
     assert provider.timings.get("boot_resets") == 1, provider.timings
     lines = [line for line in said.splitlines() if "resetting it once" in line]
     assert len(lines) == 1, said
-    assert f"showed its login prompt {quick_reset:.0f} s ago" in lines[0] and "10.214." in lines[0]
+    assert f"showed its login prompt {quick_reset:.0f} s ago" in lines[0] and "10.214.254." in lines[0]
     assert "neighbour entry" in lines[0], lines[0]  # what the host saw: its ARP state
 
 
 def test_a_guest_that_never_answers_ssh_fails_naming_its_address_and_neighbour_entry(
     ssh_dropped, quick_reset: float, tmp_path: Path
 ) -> None:
-    provider, said, error = _boot(tmp_path, "reset2", 210)  # a slow first boot must still be reset before it
+    started = time.monotonic()
+    provider, said, error = _boot(tmp_path, "reset2", 900)
     assert error is not None, said
     message = str(error)
-    assert "did not answer SSH at 10.214." in message and "neighbour entry" in message, message
+    assert "did not answer SSH at 10.214.254." in message and "neighbour entry" in message, message
+    # It fails once the reset guest shows its prompt and again does not answer, not at the end of its boot timeout.
+    assert "before and after a reset" in message and time.monotonic() - started < 900, message
     assert "its network answers" in message, message  # ARP works: the guest's network is up, its SSH is not
     assert provider.timings.get("boot_resets") == 1, provider.timings  # once only

@@ -560,8 +560,8 @@ class LibvirtProvider:
         Under KVM with a kernel we boot directly, the serial console is watched too: a guest that shows no
         boot progress (:func:`kvm_stalled`), or has not reached userspace when ``boot_timeout`` ends first,
         raises :class:`_KvmStall`: the verdict is KVM's, not a timeout's. One of our guests that shows its login
-        prompt and does not answer SSH (:func:`ssh_overdue`) is reset once, saying why; what the host sees of
-        its address is in the messages.
+        prompt and does not answer SSH (:func:`ssh_overdue`) is reset once, saying why, and fails as soon as it
+        does the same after the reset; what the host sees of its address is in the messages.
         """
         started = time.monotonic()
         deadline = started + self.boot_timeout
@@ -589,7 +589,14 @@ class LibvirtProvider:
             dom = self.conn.lookupByName(plan.domain_name)
             if not dom.isActive():
                 raise TargetError(f"{self.host}: guest {target.name} stopped while booting", console())
-            if may_reset and watch is not None and ssh_overdue(watch):
+            if watch is not None and plan.kernel is not None and ssh_overdue(watch):
+                if not may_reset:  # reset once already, and the same again: waiting longer would not help
+                    raise TargetError(
+                        f"{self.host}: guest {target.name} did not answer SSH at {target.address} "
+                        f"{SSH_AFTER_LOGIN_S:.0f} s after its login prompt, before and after a reset "
+                        f"({last or 'port closed'}; {self._seen_at(target)})",
+                        console(),
+                    )
                 say(
                     f"{self.host}: guest {target.name} showed its login prompt {SSH_AFTER_LOGIN_S:.0f} s ago and "
                     f"does not answer SSH at {target.address} ({self._seen_at(target)}); resetting it once"
