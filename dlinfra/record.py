@@ -139,6 +139,44 @@ class SystemSample:
 
 
 @dataclass
+class ForeignProcess:
+    """A program other than the payload's own that used CPU during the run (as far as the payload can see)."""
+
+    name: str
+    cpu_s: float
+
+
+@dataclass
+class Interference:
+    """What else ran on the payload's CPUs during the run, from the kernel's counters
+    (:mod:`dlinfra.payload.interference`). Times are CPU seconds summed over ``cpus`` within ``wall_s``.
+
+    ``others_cpu_s`` is the CPUs' busy time minus this process tree's: it still holds the cell's other processes
+    on the same kernel (``boot_id``), which the controller subtracts before it judges the run.
+    """
+
+    cpus: list[int]
+    wall_s: float
+    busy_cpu_s: float
+    own_cpu_s: float
+    others_cpu_s: float
+    irq_cpu_s: float = 0.0
+    steal_s: float = 0.0
+    #: CPU pressure: seconds in which some task of ``psi_source`` (this cgroup, or the system) waited for a CPU.
+    psi_some_s: float | None = None
+    psi_source: str = ""
+    freq_mhz: float | None = None
+    throttle_events: int | None = None
+    boot_id: str = ""
+    top_others: list[ForeignProcess] = field(default_factory=list)
+
+    @property
+    def capacity_s(self) -> float:
+        """CPU seconds the payload's CPUs could give in the window."""
+        return self.wall_s * max(1, len(self.cpus))
+
+
+@dataclass
 class Metrics:
     """What the run measured. Throughput and step times cover measured steps only."""
 
@@ -156,6 +194,33 @@ class Metrics:
     system: list[SystemSample] = field(default_factory=list)
     #: Workload-specific figures (kernel FLOP/s, sysbench events/s, ...).
     extra: dict[str, Any] = field(default_factory=dict)
+    #: What else ran on the payload's CPUs meanwhile; None in older records, or where /proc/stat is unreadable.
+    interference: Interference | None = None
+
+
+def foreign_cpu_s(record: RunRecord, cell: list[RunRecord]) -> float | None:
+    """Others' CPU seconds on ``record``'s CPUs, without the cell's other processes on the same kernel (another
+    role, a testbed's other host on one machine): they are the experiment, not interference. A sibling's own
+    time counts for the share of its CPUs that are also ``record``'s. None: not measured."""
+    mine = record.metrics.interference
+    if mine is None:
+        return None
+    siblings = 0.0
+    for other in cell:
+        theirs = other.metrics.interference
+        if other is record or theirs is None or not mine.boot_id or theirs.boot_id != mine.boot_id:
+            continue
+        overlap = len(set(mine.cpus) & set(theirs.cpus)) / len(theirs.cpus) if theirs.cpus else 0.0
+        siblings += theirs.own_cpu_s * overlap
+    return max(0.0, mine.others_cpu_s - siblings)
+
+
+def foreign_shares(record: RunRecord, cell: list[RunRecord]) -> tuple[float, float] | None:
+    """(foreign, steal) shares of ``record``'s CPU capacity: others' time plus steal, and steal alone."""
+    mine, foreign = record.metrics.interference, foreign_cpu_s(record, cell)
+    if mine is None or foreign is None or mine.capacity_s <= 0:
+        return None
+    return (foreign + mine.steal_s) / mine.capacity_s, mine.steal_s / mine.capacity_s
 
 
 @dataclass

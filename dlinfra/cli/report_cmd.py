@@ -78,6 +78,12 @@ VIEWS = (
     help="Which view --format csv writes (the other formats show every view); series (per node and second) "
     "is built only when named here.",
 )
+@click.option(
+    "--include-contaminated",
+    is_flag=True,
+    help="Keep the runs of contaminated attempts (other programs took more of their CPUs than the campaign's "
+    "interference.max_foreign_share); by default they are left out and counted.",
+)
 @seed_option
 @statistic_option
 @click.pass_context
@@ -92,6 +98,7 @@ def report(
     view: str,
     seed: int,
     statistic: str,
+    include_contaminated: bool,
 ) -> None:
     """Compare the layers of a campaign: median, IQR and CV per layer, overhead
     against the baseline with a bootstrap 95% CI and a verdict, scaling,
@@ -110,6 +117,7 @@ def report(
             compare_seed=compare_seed,
             statistic=statistic,
             series=view == "series",
+            include_contaminated=include_contaminated,
         )
     if not emit_report(result, fmt, out, view):
         return

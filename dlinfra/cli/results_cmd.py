@@ -10,9 +10,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from dlinfra.cli.common import console, store_from
+from dlinfra.results.store import CONTAMINATED
 
 #: Columns of `results show`, one row per process per run.
-_RUN_COLUMNS = ("workload", "layer", "provider", "mode", "role", "host", "repeat", "status", "examples/s", "elapsed s")
+_RUN_COLUMNS = (
+    "workload", "layer", "provider", "mode", "role", "host", "repeat", "status", "examples/s", "elapsed s", "others %",
+)  # fmt: skip
 
 
 @click.group(
@@ -37,9 +40,12 @@ def list_campaigns(ctx: click.Context) -> None:
     if not rows:
         console.print("The results store holds no campaigns yet: run 'dlinfra bench' or 'dlinfra run'.")
         return
-    table = Table("campaign", "name", "created (UTC)", "cells", "failed", "runs")
+    table = Table("campaign", "name", "created (UTC)", "cells", "failed", "contaminated", "runs")
     for r in rows:
-        table.add_row(r["campaign_id"], r["name"], r["created_utc"], str(r["cells"]), str(r["failed"]), str(r["runs"]))
+        table.add_row(
+            escape(r["campaign_id"]), escape(r["name"]), r["created_utc"],
+            *(str(r[k]) for k in ("cells", "failed", "contaminated", "runs")),
+        )  # fmt: skip
     console.print(table)
 
 
@@ -64,23 +70,32 @@ def show(ctx: click.Context, campaign: str, as_json: bool) -> None:
     for name in _RUN_COLUMNS:
         table.add_column(name)
     for r in runs:
-        status = r["status"] if r["status"] == "ok" else f"[red]{r['failure_reason']}[/red]"
+        status = escape(r["status"]) if r["status"] == "ok" else f"[red]{escape(r['failure_reason'] or '')}[/red]"
+        if r.get("contaminated"):
+            status = "[yellow]contaminated[/yellow]"
         table.add_row(
             r["workload"], r["layer"], r["provider"] or "-", r["mode"], f"{r['role']}:{r['task_index']}",
             r["physical_host"], str(r["repeat"]), status,
             f"{r['examples_per_sec']:.1f}" if r["examples_per_sec"] is not None else "-",
             f"{r['elapsed_s']:.2f}" if r["elapsed_s"] is not None else "-",
+            f"{100 * r['foreign_share']:.1f}" if r.get("foreign_share") is not None else "-",
         )  # fmt: skip
     console.print(table)
+    console.print(
+        "others %: the largest share of a run's CPUs that other programs (and, in a guest, the host) took while it "
+        "measured; a run over the campaign's interference.max_foreign_share is contaminated",
+        style="dim",
+    )
     final = {(a["cell_hash"], a["repeat"]): a for a in attempts}  # ordered by attempt: the last one wins
     for a in attempts:
         if a["status"] == "ok":
             continue
         latest = final[(a["cell_hash"], a["repeat"])]
         later = f" (attempt {latest['attempt']}: {latest['status']})" if latest is not a else ""
+        what, colour = ("contaminated", "yellow") if a["status"] == CONTAMINATED else ("failed", "red")
         console.print(
-            f"[red]{a['layer']}/{a['workload']} cell {a['cell_hash'][:12]} repeat {a['repeat']} "
-            f"attempt {a['attempt']} failed:[/red] {escape(a['failure_reason'] or '')}{later}"
+            f"[{colour}]{a['layer']}/{a['workload']} cell {a['cell_hash'][:12]} repeat {a['repeat']} "
+            f"attempt {a['attempt']} {what}:[/{colour}] {escape(a['failure_reason'] or '')}{later}"
         )
 
 

@@ -88,17 +88,23 @@ def run(
             quiet=quiet,
         )
     table = Table(
-        "cell", "repeat", "status", "wall s", "payload s", "overhead s", title=f"campaign {result.campaign_id}"
-    )
+        "cell", "repeat", "status", "wall s", "payload s", "overhead s", "others %",
+        title=f"campaign {result.campaign_id}",
+    )  # fmt: skip
     for s in result.ran:
         elapsed = s.run.payload_elapsed_s
+        share = s.verdict.foreign_share if s.verdict is not None else None
+        status = "ok" if s.run.status == "ok" else f"[red]failed[/red]: {escape(s.run.failure_reason or '')}"
+        if s.run.status == "ok" and s.verdict is not None and s.verdict.contaminated:
+            status = "[yellow]contaminated[/yellow]"
         table.add_row(
             s.cell.label(),
             str(s.repeat),
-            "ok" if s.run.status == "ok" else f"[red]failed[/red]: {escape(s.run.failure_reason or '')}",
+            status,
             f"{s.run.wall_s:.2f}",
             f"{elapsed:.2f}" if elapsed is not None else "-",
             f"{s.overhead_s:.2f}" if s.overhead_s is not None else "-",
+            f"{100 * share:.1f}" if share is not None else "-",
         )
     if result.ran:
         console.print(table)
@@ -111,6 +117,13 @@ def run(
         f"{result.skipped} skipped (already stored)"
         + (" — interrupted; stored cells are kept, rerun with --resume" if result.interrupted else retry)
     )
+    contaminated = [s for s in result.ran if s.run.status == "ok" and s.verdict is not None and s.verdict.contaminated]
+    if contaminated or result.contaminated_attempts:
+        console.print(
+            f"interference: {len(contaminated)} cell run(s) contaminated at the end, "
+            f"{result.contaminated_attempts} contaminated attempt(s) run again; the report leaves contaminated runs "
+            "out ('dlinfra results show' says who ran on their CPUs)"
+        )
     if result.efficiency is not None:
         builds = f"; first-time builds ({result.build_s:.0f} s) left out" if result.build_s >= 0.5 else ""
         console.print(

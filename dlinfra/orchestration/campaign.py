@@ -35,6 +35,7 @@ from dlinfra.inventory import InventoryHost, match_pattern
 from dlinfra.orchestration import datasets
 from dlinfra.orchestration.cells import Cell, expand, plan, run_order
 from dlinfra.orchestration.deploy import deploy, verify_identities
+from dlinfra.orchestration.interference import Verdict, assess
 from dlinfra.orchestration.launch import CellRun, Launcher
 from dlinfra.orchestration.progress import current_console, phase, say, use_console
 from dlinfra.orchestration.runs_registry import set_campaign
@@ -43,7 +44,7 @@ from dlinfra.orchestration.sweep import sweep_dead_runs
 from dlinfra.orchestration.testbed_facts import gather_facts, metadata_rows
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.registry import provider_for, provider_name, stacks_on
-from dlinfra.results.store import CellOutcome, ResultsStore
+from dlinfra.results.store import CONTAMINATED, CellOutcome, ResultsStore
 
 
 @dataclass
@@ -51,6 +52,8 @@ class CellSummary:
     cell: Cell
     repeat: int
     run: CellRun
+    #: Its last attempt's interference, judged (None: it did not run).
+    verdict: Verdict | None = None
 
     @property
     def overhead_s(self) -> float | None:
@@ -75,6 +78,9 @@ class CampaignResult:
     #: The campaign's wall time (bring-up to tear-down) and how much of it went to first-time builds.
     wall_s: float = 0.0
     build_s: float = 0.0
+    #: Attempts stored as contaminated and run again; hosts where every attempt of a cell was contaminated.
+    contaminated_attempts: int = 0
+    busy_hosts: set[str] = field(default_factory=set)
 
     @property
     def payload_s(self) -> float:
@@ -602,7 +608,7 @@ def _measure(
     store.store_targets(cid, [entry for entry in deploys.metadata if entry["target"] in used])
 
     by_name = {t.name: t for ts in up.targets.values() for t in ts}
-    cell_times: list[float] = []
+    attempts = _Attempts(spec, store, cid, launcher, by_name, result)
     with _Interrupt() as interrupt:
         for number, (cell, repeat) in enumerate(todo, start=1):
             if interrupt.event.is_set():
@@ -611,44 +617,92 @@ def _measure(
             name = f"cell {number}/{len(todo)} {cell.label()} #{repeat}"
             blocked = next((unusable[n] for n in cell.targets if n in unusable), None)
             if blocked is not None:
-                run = _not_run(blocked)
+                run, verdict = _not_run(blocked), None
                 say(f"[red]✗ {escape(name)} not run:[/red] {escape(blocked)}")
+                attempts.save(cell, repeat, run, verdict)
             else:
-                with phase(name) as running:
-                    run = launcher.run_cell(
-                        cell,
-                        repeat,
-                        plan(cell, by_name),
-                        spec.cell_timeout,
-                        interrupt.event,
-                        background=by_name[cell.background] if cell.background else None,
-                    )
-                    cell_times.append(run.wall_s)
-                    left = len(todo) - number
-                    eta = f"; about {_minutes(left * sum(cell_times) / len(cell_times))} left" if left else ""
-                    if run.status == "ok":
-                        running.outcome = f"ok{eta}"
-                    else:
-                        running.failure = f"stored as failed: {run.failure_reason}"
-            outcome = CellOutcome(
-                campaign_id=cid,
-                cell_hash=cell.hash,
-                repeat=repeat,
-                layer=cell.layer,
-                provider=cell.provider,
-                workload=cell.workload,
-                config=cell.config,
-                status=run.status,
-                failure_reason=run.failure_reason,
-                started_utc=run.started_utc,
-                ended_utc=run.ended_utc,
-            )
-            store.store_cell(outcome, run.records)  # a failed cell keeps its valid records: they say why
-            result.ran.append(CellSummary(cell, repeat, run))
+                run, verdict = attempts.run(cell, repeat, name, len(todo) - number, interrupt.event)
+            result.ran.append(CellSummary(cell, repeat, run, verdict))
             if interrupt.event.is_set():
                 result.interrupted = True
                 break
     return result
+
+
+class _Attempts:
+    """Runs one cell x repeat and stores each attempt: again while others' load contaminated it, within the
+    spec's ``interference.reruns``; a host on which every attempt of a cell was contaminated is busy, and its
+    later cells are flagged but not run again (one line says so), so a campaign on a busy host does not loop."""
+
+    def __init__(
+        self,
+        spec: CampaignSpec,
+        store: ResultsStore,
+        cid: str,
+        launcher: Launcher,
+        by_name: dict[str, Target],
+        result: CampaignResult,
+    ) -> None:
+        self.spec, self.results, self.cid, self.launcher, self.by_name, self.result = (
+            spec, store, cid, launcher, by_name, result
+        )  # fmt: skip
+        self.cell_times: list[float] = []
+
+    def run(
+        self, cell: Cell, repeat: int, name: str, left: int, stop: threading.Event
+    ) -> tuple[CellRun, Verdict | None]:
+        policy = self.spec.interference
+        reruns = 0 if self.result.busy_hosts.intersection(cell.targets) else policy.reruns
+        for attempt in range(reruns + 1):
+            label = name if attempt == 0 else f"{name} (again, {attempt}/{reruns}: contaminated)"
+            with phase(label) as running:
+                run = self.launcher.run_cell(
+                    cell,
+                    repeat,
+                    plan(cell, self.by_name),
+                    self.spec.cell_timeout,
+                    stop,
+                    background=self.by_name[cell.background] if cell.background else None,
+                )
+                self.cell_times.append(run.wall_s)
+                verdict = assess(run.records, policy, deliberate=cell.background is not None)
+                eta = f"; about {_minutes(left * sum(self.cell_times) / len(self.cell_times))} left" if left else ""
+                if run.status != "ok":
+                    running.failure = f"stored as failed: {run.failure_reason}"
+                elif verdict.contaminated:
+                    running.failure = f"contaminated: {verdict.detail}"
+                else:
+                    running.outcome = f"ok{eta}"
+            self.save(cell, repeat, run, verdict)
+            if run.status != "ok" or not verdict.contaminated or stop.is_set():
+                return run, verdict
+            self.result.contaminated_attempts += 1
+        busy = sorted(set(cell.targets) - self.result.busy_hosts)
+        if busy:
+            self.result.busy_hosts.update(busy)
+            say(
+                f"[yellow]host(s) {escape(', '.join(busy))} busy: every attempt of {escape(cell.label())} was "
+                f"contaminated ({escape(verdict.detail)}); their later cells are flagged, not run again[/yellow]"
+            )
+        return run, verdict
+
+    def save(self, cell: Cell, repeat: int, run: CellRun, verdict: Verdict | None) -> None:
+        """Store the attempt: a contaminated one as such, with who took the CPUs as its reason."""
+        contaminated = run.status == "ok" and verdict is not None and verdict.contaminated
+        outcome = CellOutcome(
+            campaign_id=self.cid,
+            cell_hash=cell.hash,
+            repeat=repeat,
+            layer=cell.layer,
+            provider=cell.provider,
+            workload=cell.workload,
+            config=cell.config,
+            status=CONTAMINATED if contaminated else run.status,
+            failure_reason=verdict.detail if contaminated and verdict else run.failure_reason,
+            started_utc=run.started_utc,
+            ended_utc=run.ended_utc,
+        )
+        self.results.store_cell(outcome, run.records)  # a failed cell keeps its valid records: they say why
 
 
 def _minutes(seconds: float) -> str:

@@ -27,9 +27,10 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
+import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from dlinfra import safe_yaml
 from dlinfra.errors import SpecError
 from dlinfra.layers import LAYERS
 from dlinfra.orchestration import datasets as ds
+from dlinfra.orchestration.interference import DEFAULT_MAX_FOREIGN_SHARE, MAX_FOREIGN_SHARE_ENV, InterferencePolicy
 from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
 from dlinfra.payload.params import MODES, PARAM, PARAMS, Param
 from dlinfra.safe_yaml import dotted, excerpt, plain
@@ -64,6 +66,13 @@ TOP_FIELDS = {
     "background": "the job run next to every cell of scenario shared: {workload: NAME, PARAM: VALUE, ...}",
     "datasets": "data sets generated on the controller and shipped to the targets: {NAME: {kind: jpeg, ...}}; "
     "a cell reads one with data: generated:NAME",
+    "interference": "when a run counts as contaminated by other programs on its CPUs, and how often such a cell "
+    "runs again: {max_foreign_share: 0.10, reruns: 2}",
+}
+#: Fields of ``interference`` (docs/campaigns.md, "Interference").
+INTERFERENCE_FIELDS = {
+    "max_foreign_share": "others' share of the payload CPUs' capacity above which a run is contaminated (0..1)",
+    "reruns": "extra attempts of a contaminated cell (0: flag only)",
 }
 ORDERS = ("repeat-major", "shuffled")
 #: Keys of a matrix that are not parameters: lists that vary together, combinations to skip.
@@ -99,6 +108,7 @@ MAX_RUNS = 100_000  # cells x repeats
 #: Workload parameters carry their own bounds (:data:`dlinfra.payload.params.PARAMS`).
 INT_BOUNDS: dict[str, tuple[int, int]] = {
     "repeats": (1, 1000),
+    "reruns": (0, 100),
     "ps": (0, 1024),
     "workers": (1, 1024),
 }
@@ -167,6 +177,8 @@ class CampaignSpec:
     )
     #: The generated data sets (``datasets:``) by name; a cell reads one with ``data: generated:NAME``.
     datasets: dict[str, ds.DatasetSpec] = field(default_factory=dict)
+    #: When a run is contaminated by other programs on its CPUs, and how often such a cell runs again.
+    interference: InterferencePolicy = field(default_factory=InterferencePolicy)
 
     @property
     def warmup_steps(self) -> int:
@@ -757,6 +769,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
     if "order_seed" in data:
         spec.order_seed = check.integer(data["order_seed"], ("order_seed",), (0, 2**63 - 1))
     spec.background = _background(check, data.get("background"), known)
+    spec.interference = _interference(check, data.get("interference"))
     if shared_at is not None and spec.background is None:
         raise check.fail(
             shared_at, "scenario shared needs the campaign's background job", "add background: {workload: alexnet}"
@@ -767,6 +780,44 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
         raise check.fail(("datasets", unused, "__key__"), f"no cell reads it (data: {ds.PREFIX}{unused})")
     _check_providers(check, spec)
     return spec
+
+
+def _interference(check: _Checker, value: Any) -> InterferencePolicy:
+    """``interference``: the bound on others' share of the payload's CPUs, and the reruns of a cell over it."""
+    policy = InterferencePolicy(max_foreign_share=_max_foreign_share_from_env())
+    if value is None:
+        return policy
+    if not isinstance(value, dict):
+        raise check.fail(("interference",), "must be a mapping, e.g. {max_foreign_share: 0.10, reruns: 2}")
+    for key in value:
+        if key not in INTERFERENCE_FIELDS:
+            raise check.unknown(("interference",), key, set(INTERFERENCE_FIELDS))
+    if "max_foreign_share" in value:
+        share = check.number(value["max_foreign_share"], ("interference", "max_foreign_share"), (0, 1))
+        policy = replace(policy, max_foreign_share=share)
+    if "reruns" in value:
+        reruns = check.integer(value["reruns"], ("interference", "reruns"), INT_BOUNDS["reruns"])
+        policy = replace(policy, reruns=reruns)
+    return policy
+
+
+def _max_foreign_share_from_env() -> float:
+    """``$DLINFRA_MAX_FOREIGN_SHARE``, the default of ``interference.max_foreign_share`` on this controller: a host
+    that is busy by design (a CI runner with parallel jobs) sets it to 1 (never contaminated); a spec's own
+    value wins."""
+    text = os.environ.get(MAX_FOREIGN_SHARE_ENV)
+    if text is None:
+        return DEFAULT_MAX_FOREIGN_SHARE
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise SpecError(
+            f"${MAX_FOREIGN_SHARE_ENV} is {excerpt(text)}: it must be a number > 0 and <= 1",
+            "e.g. 0.1 (others may take 10% of the payload's CPUs), or unset it",
+        )
+    return value
 
 
 def _background(check: _Checker, value: Any, workloads: dict[str, str]) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from dlinfra.payload import affinity, cluster, data, identity, scratch, sysbench
 from dlinfra.payload.errors import PayloadError, PeerLost
+from dlinfra.payload.interference import InterferenceMeter
 from dlinfra.payload.measure import Phases, SystemSampler, process_start
 from dlinfra.payload.record_builder import Context, RecordSink, build
 from dlinfra.payload.workloads import Workload, get
@@ -40,6 +41,7 @@ class Run:
         self.workload: Workload | None = None
         self.cluster: cluster.Cluster | None = None
         self.sampler: SystemSampler | None = None
+        self.interference: InterferenceMeter | None = None
         self.progress: Any = None
         self.devices: list[str] = []
         self.extra: dict[str, Any] = {}
@@ -89,6 +91,8 @@ class Run:
         m.extra["phases_s"] = dict(self.phases.durations)
         if self.sampler is not None:
             m.system = self.sampler.stop()
+        if self.interference is not None:
+            m.interference = self.interference.stop()
         m.global_step = self.global_step
         m.examples_per_sec = self.rate
         if p is not None:
@@ -181,6 +185,7 @@ def execute(args: argparse.Namespace, out: Any) -> int:
         identity.read_ahead()  # pinned like the rest
         dataset = _load_data(run, run.workload)
         run.sampler = SystemSampler(run.started).start()
+        run.interference = InterferenceMeter(cpu_set).start()
         run.phases.end("start")  # the interpreter, the payload's own imports, pinning and the data set
         if run.workload.kind == "sysbench":
             run.phases.end("import")  # nothing to import: sysbench needs no TensorFlow

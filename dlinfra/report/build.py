@@ -6,7 +6,15 @@ from dlinfra.errors import DlinfraError
 from dlinfra.report import views
 from dlinfra.report.drift import drift_view
 from dlinfra.report.expectations import FAIL, PASS, evaluate, outcomes_frame
-from dlinfra.report.frame import METRICS, failed_cells, load_runs, require_metric, run_values, trim_runs
+from dlinfra.report.frame import (
+    METRICS,
+    failed_cells,
+    leave_out_contaminated,
+    load_runs,
+    require_metric,
+    run_values,
+    trim_runs,
+)
 from dlinfra.report.model import STATISTICS, Report
 from dlinfra.report.warnings import ReportWarning, dedupe
 from dlinfra.results.store import ResultsStore
@@ -21,10 +29,13 @@ def build_report(
     compare_seed: str | None = None,
     statistic: str = "mean",
     series: bool = False,
+    include_contaminated: bool = False,
 ) -> Report:
     """The full report of one campaign; raises DlinfraError with a hint for anything the user can fix.
 
-    ``series`` adds the per-node series (one row per node and second: long, so only when asked)."""
+    ``series`` adds the per-node series (one row per node and second: long, so only when asked).
+    Runs of contaminated attempts (others' load on their CPUs over the campaign's bound) are left out and
+    counted, unless ``include_contaminated``."""
     if metric not in METRICS:
         raise DlinfraError(f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
     if statistic not in STATISTICS:
@@ -34,7 +45,17 @@ def build_report(
     row = next((c for c in store.campaigns() if c["campaign_id"] == campaign_id), {})
     name = row.get("name", campaign_id)
     runs = load_runs(store, campaign_id)
+    contaminated, worst = 0, None
+    if not include_contaminated:
+        runs, contaminated, worst = leave_out_contaminated(runs)
     failed = failed_cells(store, campaign_id)
+    if runs.empty and contaminated:
+        share = f": other programs took up to {worst:.0%} of their CPUs" if worst is not None else ""
+        raise DlinfraError(
+            f"all {contaminated} run(s) of campaign {campaign_id} were contaminated{share}",
+            "see who with 'dlinfra results show'; --include-contaminated reports them anyway; "
+            "measure again on a quieter host",
+        )
     if runs.empty:
         detail = f" ({len(failed)} failed cell(s))" if len(failed) else ""
         raise DlinfraError(f"campaign {campaign_id} has no stored runs{detail}", "see 'dlinfra results show'")
@@ -86,6 +107,15 @@ def build_report(
             else ""
         )
     ]
+    if contaminated:
+        share = f" (others took up to {worst:.0%} of their CPUs)" if worst is not None else ""
+        warnings.append(
+            ReportWarning(
+                "contaminated",
+                f"{contaminated} run(s) left out: other programs ran on their CPUs{share}; "
+                "--include-contaminated keeps them, 'dlinfra results show' says who",
+            )
+        )
     if trimmed:
         notes.append(f"statistic trimmed: {trimmed} run(s) dropped, the fastest and slowest of each layer")
     if compare_seed:

@@ -24,8 +24,17 @@ import pandas as pd
 
 from dlinfra.errors import DlinfraError
 from dlinfra.report import stats
-from dlinfra.report.frame import METRICS, Metric, load_runs, require_metric, run_values, trim_runs
+from dlinfra.report.frame import (
+    METRICS,
+    Metric,
+    leave_out_contaminated,
+    load_runs,
+    require_metric,
+    run_values,
+    trim_runs,
+)
 from dlinfra.report.model import STATISTICS, Report
+from dlinfra.report.warnings import ReportWarning, dedupe
 from dlinfra.results.store import ResultsStore
 
 COMPARE_COLUMNS = [
@@ -70,14 +79,40 @@ class Side:
     runs: pd.DataFrame
     #: Every workload x config x layer with a stored run, successful or not.
     ran: frozenset[tuple[str, str, str]] = frozenset()
+    #: Runs of contaminated attempts left out, and their largest foreign share.
+    contaminated: int = 0
+    worst_share: float | None = None
+
+    def warnings(self, label: str) -> list[ReportWarning]:
+        """What limits this side's numbers, as the report says it: noise, too few repeats, contaminated runs."""
+        found = []
+        for (workload, config, layer), group in self.values.groupby(["workload", "config_label", "layer"]):
+            where = f"campaign {label} ({self.campaign_id})"
+            summary = stats.summarise(group["value"].to_numpy())
+            if not math.isnan(summary.cv_pct) and summary.cv_pct > stats.CV_LIMIT_PCT:
+                found.append(ReportWarning("high-cv", f"{where}: CV {summary.cv_pct:.0f}%", workload, config, layer))
+            if len(group) < stats.MIN_REPEATS:
+                found.append(ReportWarning("few-repeats", f"{where}: {len(group)} run(s)", workload, config, layer))
+        if self.contaminated:
+            share = f" (others took up to {self.worst_share:.0%} of their CPUs)" if self.worst_share is not None else ""
+            found.append(
+                ReportWarning(
+                    "contaminated", f"campaign {label} ({self.campaign_id}): {self.contaminated} run(s) left out{share}"
+                )
+            )
+        return found
 
 
 def _side(store: ResultsStore, campaign: str, metric: Metric, statistic: str) -> Side:
     campaign_id = store.resolve_campaign(campaign)
     row = next((c for c in store.campaigns() if c["campaign_id"] == campaign_id), {})
-    runs = load_runs(store, campaign_id)
+    runs, contaminated, worst = leave_out_contaminated(load_runs(store, campaign_id))
     if runs.empty:
-        raise DlinfraError(f"campaign {campaign_id} has no stored runs", "see 'dlinfra results show'")
+        raise DlinfraError(
+            f"campaign {campaign_id} has no stored runs"
+            + (f" but {contaminated} contaminated one(s)" if contaminated else ""),
+            "see 'dlinfra results show'",
+        )
     values = run_values(runs, metric)
     require_metric(values, metric, campaign_id)
     if statistic == "trimmed":
@@ -85,7 +120,7 @@ def _side(store: ResultsStore, campaign: str, metric: Metric, statistic: str) ->
     good = values[values["ok"] & values["value"].notna()]
     ran = set(zip(values["workload"], values["config_label"], values["layer"], strict=True))
     stored = pd.DataFrame(store.runs(campaign_id))  # with each record: its target_details are metadata too
-    return Side(campaign_id, row.get("name", campaign_id), good, stored, frozenset(ran))
+    return Side(campaign_id, row.get("name", campaign_id), good, stored, frozenset(ran), contaminated, worst)
 
 
 def _change(
@@ -253,7 +288,7 @@ def build_compare(
         higher_is_better=m.higher_is_better,
         seed=seed,
         views={"compare": cells, "metadata": meta},
-        warnings=[],
+        warnings=dedupe(side_a.warnings("A") + side_b.warnings("B")),
         notes=notes,
         statistic=statistic,
         extra={"compare": {"a": side_a.campaign_id, "b": side_b.campaign_id}, "threshold_pct": threshold_pct},

@@ -22,7 +22,7 @@ import pandas as pd
 
 from dlinfra.errors import DlinfraError
 from dlinfra.results.export import runs_frame
-from dlinfra.results.store import ResultsStore
+from dlinfra.results.store import CONTAMINATED, ResultsStore
 
 #: Cell-config keys that name *where* (or through which provider) a cell ran rather than *what* it ran: the
 #: layers of one config are compared with each other, so the provider that made each layer is not part of it.
@@ -237,9 +237,23 @@ def failed_cells(store: ResultsStore, campaign_id: str) -> pd.DataFrame:
             "failure_reason": c["failure_reason"] or "",
         }
         for c in store.cells(campaign_id)
-        if c["status"] != "ok"
+        if c["status"] not in ("ok", CONTAMINATED)  # a contaminated run ran: the report counts it apart
     ]
     return pd.DataFrame(rows, columns=["workload", "config_label", "layer", "cell_hash", "repeat", "failure_reason"])
+
+
+def leave_out_contaminated(runs: pd.DataFrame) -> tuple[pd.DataFrame, int, float | None]:
+    """The runs without those of contaminated attempts (others took more of their CPUs than the campaign
+    allowed); returns the kept rows, how many runs (cell x repeat) were left out and their largest foreign share."""
+    if runs.empty or "contaminated" not in runs:
+        return runs, 0, None
+    flagged = runs["contaminated"].fillna(0).astype(int) == 1
+    if not flagged.any():
+        return runs, 0, None
+    left_out = runs[flagged]
+    worst = pd.to_numeric(left_out["foreign_share"], errors="coerce").max()
+    count = len(left_out.groupby(["cell_hash", "repeat"]))
+    return runs[~flagged], count, (None if pd.isna(worst) else float(worst))
 
 
 def require_metric(values: pd.DataFrame, metric: Metric, campaign_id: str) -> None:

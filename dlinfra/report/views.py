@@ -413,7 +413,8 @@ def run_times_view(elapsed: pd.DataFrame) -> pd.DataFrame:
 
 
 def system_view(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per workload x config x layer x role: max CPU %, max RSS, mean and max network rates (seed 004)."""
+    """Per workload x config x layer x role: max CPU %, max RSS, mean and max network rates (seed 004), and the
+    largest share of the payload's CPUs that other programs (and the host, as steal) took during a run."""
     columns = [
         "workload",
         "config",
@@ -426,14 +427,22 @@ def system_view(runs: pd.DataFrame) -> pd.DataFrame:
         "tx_mb_s",
         "max_rx_mb_s",
         "max_tx_mb_s",
+        "max_foreign_pct",
+        "max_steal_pct",
     ]
     good = runs[runs["status"] == "ok"] if not runs.empty else runs
     if good.empty:
         return pd.DataFrame(columns=columns)
+    good = good.assign(
+        foreign_pct=pd.to_numeric(good.get("foreign_share"), errors="coerce") * 100,
+        steal_pct=pd.to_numeric(good.get("steal_share"), errors="coerce") * 100,
+    )
     frame = (
         good.groupby(["workload", "config_label", "layer", "role"], sort=True)
         .agg(
             processes=("role", "size"),
+            max_foreign_pct=("foreign_pct", "max"),
+            max_steal_pct=("steal_pct", "max"),
             max_cpu_pct=("max_cpu_pct", "max"),
             max_rss_mb=("max_rss_mb", "max"),
             rx_mb_s=("rx_mb_s", "median"),

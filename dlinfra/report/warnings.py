@@ -26,6 +26,7 @@ CODES = {
     "few-repeats": f"fewer than {MIN_REPEATS} successful repeats: the interval is unreliable",
     "high-cv": f"coefficient of variation above {CV_LIMIT_PCT:g}%: too noisy to conclude much",
     "failed-cells": "failed cells were left out",
+    "contaminated": "runs with other programs on their CPUs (over the campaign's interference bound) were left out",
     "no-baseline": "no baseline run for this workload and config: no overhead",
     "no-metric": "no run of this workload recorded the metric",
     "cpu-model-differs": "the layers report different CPU models",

@@ -25,11 +25,11 @@ from typing import Any
 
 from dlinfra import secrets
 from dlinfra.errors import StoreError
-from dlinfra.record import RunRecord
+from dlinfra.record import RunRecord, foreign_shares
 
 #: Bump when tables or columns change; older versions are migrated in place (see ``_MIGRATIONS``),
 #: a store of a newer version is refused.
-STORE_SCHEMA_VERSION = 4
+STORE_SCHEMA_VERSION = 5
 
 DEFAULT_DB = "dlinfra-results.db"
 
@@ -89,6 +89,9 @@ _TABLES = [
         final_accuracy DOUBLE PRECISION,
         time_to_accuracy_s DOUBLE PRECISION,
         record_json TEXT NOT NULL,
+        foreign_share DOUBLE PRECISION,
+        steal_share DOUBLE PRECISION,
+        contaminated INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (campaign_id, cell_hash, repeat, attempt, role, task_index))""",
     "CREATE INDEX IF NOT EXISTS runs_by_workload ON runs (campaign_id, workload, layer)",
     # What each target ran on (Ansible facts, engine and hypervisor versions): once per target per campaign,
@@ -112,7 +115,11 @@ RUN_COLUMNS = [
     "tf_version", "python_version", "payload_hash", "start_utc", "end_utc", "status",
     "failure_reason", "emulated", "examples_per_sec", "elapsed_s", "step_time_median_s",
     "global_step", "final_accuracy", "time_to_accuracy_s", "record_json",
+    "foreign_share", "steal_share", "contaminated",
 ]  # fmt: skip
+#: A cell attempt that ran, but with others' load on its CPUs over the campaign's bound
+#: (:mod:`dlinfra.orchestration.interference`): kept, its runs flagged, and the cell x repeat may run again.
+CONTAMINATED = "contaminated"
 
 
 @dataclass(frozen=True)
@@ -142,8 +149,9 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _run_row(record: RunRecord, attempt: int) -> tuple[Any, ...]:
+def _run_row(record: RunRecord, attempt: int, cell: list[RunRecord], contaminated: bool) -> tuple[Any, ...]:
     p, m = record.provenance, record.metrics
+    shares = foreign_shares(record, cell)
     values = {
         "campaign_id": p.campaign_id,
         "cell_hash": p.cell_hash,
@@ -177,6 +185,9 @@ def _run_row(record: RunRecord, attempt: int) -> tuple[Any, ...]:
         "time_to_accuracy_s": m.time_to_accuracy_s,
         # A record quotes commands and errors: every string is scrubbed by value (numbers are left alone).
         "record_json": json.dumps(secrets.redact_obj(record.to_dict(), mask_secret_keys=False), sort_keys=True),
+        "foreign_share": round(shares[0], 4) if shares else None,
+        "steal_share": round(shares[1], 4) if shares else None,
+        "contaminated": int(contaminated),
     }
     return tuple(values[c] for c in RUN_COLUMNS)
 
@@ -340,6 +351,19 @@ class ResultsStore:
         """Version 4 adds the ``targets`` table (testbed metadata); it is created with the others, empty for
         campaigns stored before."""
 
+    def _migrate_4_to_5(self) -> None:
+        """Version 5 records what else ran on each run's CPUs (``foreign_share``, ``steal_share``) and whether
+        its attempt was contaminated; rows from before were not measured (NULL) and are not flagged."""
+        for column, kind in (
+            ("foreign_share", "DOUBLE PRECISION"),
+            ("steal_share", "DOUBLE PRECISION"),
+            ("contaminated", "INTEGER NOT NULL DEFAULT 0"),
+        ):
+            if self.is_postgres:
+                self._execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column} {kind}")
+            elif column not in [row[1] for row in self._execute("PRAGMA table_info(runs)").fetchall()]:
+                self._execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
+
     # -- writes -----------------------------------------------------------
 
     def add_campaign(self, campaign_id: str, name: str, spec: dict[str, Any]) -> None:
@@ -399,8 +423,9 @@ class ResultsStore:
                 f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({placeholders}) "
                 "ON CONFLICT (campaign_id, cell_hash, repeat, attempt, role, task_index) DO NOTHING"
             )
+            contaminated = outcome.status == CONTAMINATED
             for record in records:
-                inserted += self._execute(insert, _run_row(record, attempt)).rowcount
+                inserted += self._execute(insert, _run_row(record, attempt, records, contaminated)).rowcount
         return inserted
 
     def store_targets(self, campaign_id: str, targets: list[dict[str, Any]]) -> None:
@@ -448,14 +473,17 @@ class ResultsStore:
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def campaigns(self) -> list[dict[str, Any]]:
-        """Every campaign with counts of cells (latest attempts), failed cells, failed attempts and runs."""
+        """Every campaign with counts of cells (latest attempts), failed cells, failed attempts, contaminated cells
+        (latest attempts) and runs."""
         return self._dicts(
             "SELECT c.campaign_id, c.name, c.created_utc, "
             f"(SELECT COUNT(*) FROM cells x WHERE x.campaign_id = c.campaign_id AND {_LATEST}) AS cells, "
             f"(SELECT COUNT(*) FROM cells x WHERE x.campaign_id = c.campaign_id AND {_LATEST} "
-            "AND x.status <> 'ok') AS failed, "
-            "(SELECT COUNT(*) FROM cells x WHERE x.campaign_id = c.campaign_id AND x.status <> 'ok') "
-            "AS failed_attempts, "
+            f"AND x.status NOT IN ('ok', '{CONTAMINATED}')) AS failed, "
+            "(SELECT COUNT(*) FROM cells x WHERE x.campaign_id = c.campaign_id "
+            f"AND x.status NOT IN ('ok', '{CONTAMINATED}')) AS failed_attempts, "
+            f"(SELECT COUNT(*) FROM cells x WHERE x.campaign_id = c.campaign_id AND {_LATEST} "
+            f"AND x.status = '{CONTAMINATED}') AS contaminated, "
             "(SELECT COUNT(*) FROM runs x WHERE x.campaign_id = c.campaign_id AND "
             f"{_LATEST}) AS runs "
             "FROM campaigns c ORDER BY c.created_utc DESC, c.campaign_id DESC"
@@ -535,6 +563,7 @@ _MIGRATIONS = {
     1: ResultsStore._migrate_1_to_2,
     2: ResultsStore._migrate_2_to_3,
     3: ResultsStore._migrate_3_to_4,
+    4: ResultsStore._migrate_4_to_5,
 }
 
 

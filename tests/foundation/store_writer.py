@@ -29,12 +29,12 @@ def main() -> None:
         if i == pause_in:
             real_row, calls = store_module._run_row, []
 
-            def pausing_row(record, attempt, real_row=real_row, calls=calls):  # type: ignore[no-untyped-def]
+            def pausing_row(record, *rest, real_row=real_row, calls=calls):  # type: ignore[no-untyped-def]
                 calls.append(record)
                 if len(calls) == 2:  # the first row of this cell is already inserted
                     print("PAUSED", flush=True)
                     time.sleep(3600)
-                return real_row(record, attempt)
+                return real_row(record, *rest)
 
             store_module._run_row = pausing_row
         store.store_cell(

@@ -102,6 +102,29 @@ V1_TABLES = [
 ]
 
 
+def test_a_contaminated_attempt_is_kept_flagged_and_a_clean_retry_wins(store_url: str) -> None:
+    """Others' load over the campaign's bound: the attempt is stored as contaminated with its share, the cell x
+    repeat may run again (so --resume runs it too), and the clean attempt is what reads give."""
+    from dlinfra.record import Interference
+    from dlinfra.results.store import CONTAMINATED
+
+    busy, clean = make_record(throughput=700.0), make_record(throughput=990.0)
+    busy.metrics.interference = Interference([0, 1], 10.0, 14.0, 9.0, 5.0, steal_s=1.0, boot_id="b")
+    with open_store(store_url) as store:
+        store.add_campaign("c1", "demo", {})
+        store.store_cell(outcome_for(busy, CONTAMINATED, "others used 30% of CPU(s) 0-1"), [busy])
+        assert store.done_cells("c1") == set()
+        (flagged,) = store.runs("c1")
+        assert flagged["contaminated"] == 1 and flagged["foreign_share"] == pytest.approx(0.3)
+        assert flagged["steal_share"] == pytest.approx(0.05)
+        assert (store.campaigns()[0]["contaminated"], store.campaigns()[0]["failed"]) == (1, 0)
+        assert store.store_cell(outcome_for(clean), [clean]) == 1
+        (latest,) = store.runs("c1")
+        assert latest["examples_per_sec"] == 990.0 and latest["contaminated"] == 0 and latest["foreign_share"] is None
+        assert [c["status"] for c in store.cells("c1", all_attempts=True)] == [CONTAMINATED, "ok"]
+        assert store.campaigns()[0]["contaminated"] == 0
+
+
 def test_a_version_1_store_is_migrated_and_keeps_its_rows(store_url: str) -> None:
     if store_url.startswith("postgresql"):
         import psycopg
@@ -124,6 +147,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_rows(store_url: str) -> Non
     with open_store(store_url) as store:  # reopening a migrated store changes nothing
         assert store.campaigns()[0]["failed_attempts"] == 1
         assert store.targets("old-1") == []  # version 4's table: no metadata for campaigns from before
+        assert store.campaigns()[0]["contaminated"] == 0  # version 5: interference columns, none measured before
 
 
 def test_target_metadata_is_stored_once_per_target_and_never_a_secret(store_url: str) -> None:

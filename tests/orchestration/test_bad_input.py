@@ -48,6 +48,19 @@ def test_matrix_typo_and_bad_value(tmp_path: Path, inventory: Path) -> None:
     assert code == 2 and "spec.yml:3: steps: must be an integer >= 1" in err
 
 
+def test_a_bad_interference_policy_names_its_field_or_variable(tmp_path: Path, inventory: Path) -> None:
+    good = GOOD.format(inventory=inventory)
+    code, err = _run(tmp_path, good + "interference: {max_foreign_share: 2}\n")
+    assert code == 2 and "spec.yml:7: interference.max_foreign_share: must be a number > 0 and <= 1" in err, err
+    code, err = _run(tmp_path, good + "interference: {rerun: 2}\n")
+    assert code == 2 and "unknown field 'rerun'" in err and "did you mean 'reruns'" in err, err
+    spec = tmp_path / "ok.yml"
+    spec.write_text(good)
+    proc = run_cli("run", str(spec), "--dry-run", env={"DLINFRA_MAX_FOREIGN_SHARE": "lots"}, timeout=120)
+    assert proc.returncode == 2 and "$DLINFRA_MAX_FOREIGN_SHARE is 'lots'" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_unknown_workload(tmp_path: Path, inventory: Path) -> None:
     code, err = _run(tmp_path, GOOD.format(inventory=inventory).replace("mnist-dnn", "mnist-cnn"))
     assert code == 2 and "spec.yml:5:" in err and "unknown workload 'mnist-cnn'" in err and "mnist-dnn" in err

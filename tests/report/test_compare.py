@@ -105,3 +105,13 @@ def test_cli_formats_and_latest(store, campaign, db_path):
         assert run_cli("--db", str(db_path), "compare", "a1", "b2", "--format", fmt).returncode == 0
     bad = run_cli("--db", str(db_path), "compare", "a1", "latest~5")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and "holds only 2" in bad.stderr
+
+
+def test_noisy_and_short_sides_are_flagged_as_the_report_flags_them(store, campaign):
+    """A CV of 30% and two repeats are warnings here too: "Warnings: none" must mean the numbers hold."""
+    campaign("a").add("bm", [1000, 1400, 700, 1300, 650, 1250, 800, 1200])
+    campaign("b").add("bm", [1000, 1010])
+    result = build_compare(store, "a", "b")
+    codes = {(w.code, w.message.split(":")[0]) for w in result.warnings}
+    assert ("high-cv", "campaign A (a)") in codes and ("few-repeats", "campaign B (b)") in codes
+    assert "high-cv" in render(result, "table")

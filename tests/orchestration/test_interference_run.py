@@ -1,0 +1,80 @@
+"""A campaign on a host where something else runs on the payload's CPU: the run is flagged with the figure, the
+cell runs again within its bound, the host is then called busy in one line (no loop), every attempt is kept, and
+the report leaves the contaminated runs out and counts them (``--include-contaminated`` keeps them).
+
+Real: the local testbed's first host, pinned to one CPU by its inventory, real sysbench cells over SSH, and a
+busy loop pinned to that CPU on this machine (the testbed's hosts are slices of it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from support import run_cli
+
+from dlinfra.results.store import CONTAMINATED, open_store
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def test_a_hog_on_the_payloads_cpu_flags_reruns_then_calls_the_host_busy(deployed, tmp_path: Path) -> None:
+    host = deployed.bed.state.hosts[0]
+    cpu = str(min(os.sched_getaffinity(0)))
+    inventory = yaml.safe_load(Path(deployed.bed.inventory).read_text())
+    (group,) = inventory["all"]["children"].values()
+    group["hosts"] = {host.name: {**group["hosts"][host.name], "dlinfra_cpus": cpu}}
+    pinned = tmp_path / "pinned.yml"
+    pinned.write_text(yaml.safe_dump(inventory))
+    spec = tmp_path / "busy.yml"
+    spec.write_text(
+        f"name: busy-it\ninventory: {pinned}\nlayers: [bm]\ncell_timeout: 120\n"
+        "interference: {max_foreign_share: 0.2, reruns: 1}\n"
+        f"workloads:\n  - {{name: sysbench-cpu, hosts: [{host.name}], matrix: {{time: [2, 3]}}}}\n"
+    )
+    db = tmp_path / "busy.db"
+    hog = subprocess.Popen(["taskset", "-c", cpu, sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        time.sleep(0.5)
+        proc = run_cli(
+            "--db", str(db), "run", str(spec), "--campaign-id", "busy-it", "--artifacts", str(tmp_path / "a")
+        )
+    finally:
+        hog.kill()
+        hog.wait()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    said = proc.stdout + proc.stderr
+    # The first cell ran twice (once again), both contaminated: the host is busy, said once; the second ran once.
+    assert said.count(f"host(s) {host.name} busy") == 1, said[-3000:]
+    assert "(again, 1/1: contaminated)" in said and "others used" in said
+    assert "interference: 2 cell run(s) contaminated at the end, 1 contaminated attempt(s) run again" in said
+    with open_store(str(db)) as store:
+        attempts = store.cells("busy-it", all_attempts=True)
+        runs = store.runs("busy-it")
+    assert sorted(a["attempt"] for a in attempts) == [1, 1, 2] and {a["status"] for a in attempts} == {CONTAMINATED}
+    assert all("others used" in a["failure_reason"] and f"CPU(s) {cpu}" in a["failure_reason"] for a in attempts)
+    assert len(runs) == 2 and all(r["contaminated"] == 1 and r["foreign_share"] > 0.2 for r in runs)
+    record = json.loads(runs[0]["record_json"])["metrics"]["interference"]
+    assert record["cpus"] == [int(cpu)] and record["others_cpu_s"] > 0.2 * record["wall_s"]
+
+    # The report leaves them out and says so; asked, it keeps them.
+    left_out = run_cli("--db", str(db), "report", "--campaign", "busy-it", "--metric", "elapsed")
+    assert left_out.returncode != 0 and "2 run(s) of campaign busy-it were contaminated" in left_out.stderr, (
+        left_out.stdout + left_out.stderr
+    )
+    kept = run_cli(
+        "--db", str(db), "report", "--campaign", "busy-it", "--metric", "elapsed", "--include-contaminated",
+        "--format", "json",
+    )  # fmt: skip
+    assert kept.returncode == 0, kept.stderr
+    system = json.loads(kept.stdout)["views"]["system"]
+    shares = [dict(zip(system["columns"], row, strict=True))["max_foreign_pct"] for row in system["rows"]]
+    assert shares and all(s > 20 for s in shares), system
+    shown = run_cli("--db", str(db), "results", "show", "busy-it")
+    assert "contaminated" in shown.stdout and "others %" in shown.stdout
