@@ -89,6 +89,11 @@ class StepTimes:
     samples: list[float] = field(default_factory=list)
 
     @classmethod
+    def mean_only(cls, samples: list[float]) -> StepTimes:
+        """The count and mean step time only, for a mode whose single steps are not seen (ps-async)."""
+        return cls(count=len(samples), mean=sum(samples) / len(samples)) if samples else cls()
+
+    @classmethod
     def summarise(cls, samples: list[float]) -> StepTimes:
         if not samples:
             return cls()

@@ -99,7 +99,9 @@ class Run:
             clock = p.clock
             m.warmup_steps, m.measured_steps = p.warmup_steps, p.measured_steps
             m.global_step = p.global_step if self.global_step is None else self.global_step
-            m.step_times = StepTimes.summarise(clock.samples)
+            m.step_times = (
+                StepTimes.summarise(clock.samples) if p.per_step_times else StepTimes.mean_only(clock.samples)
+            )
             if clock.wall > 0 and p.measured_steps:
                 m.examples_per_sec = p.measured_steps * p.examples_per_step / clock.wall
                 m.extra["steps_per_sec"] = p.measured_steps / clock.wall

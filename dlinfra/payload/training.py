@@ -78,6 +78,10 @@ class Progress:
     accuracy: list[SeriesPoint] = field(default_factory=list)
     time_to_accuracy_s: float | None = None
     examples_per_step: int = 0
+    #: False where a step's own duration is not seen here (ps-async: the coordinator fetches results the workers
+    #: finished earlier, so the intervals between fetches are not step times): the record then carries the mean
+    #: step time only, no percentiles.
+    per_step_times: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     #: The run's phase log: the loop ends "build" (everything since TensorFlow's import), "warmup", "measure"
     #: and "evaluate" (the final held-out accuracy).
@@ -323,18 +327,16 @@ def train_ps(plan: TrainPlan, progress: Progress, strategy: tf.distribute.Strate
         return loss
 
     def chunked(n: int, clock: StepClock | None) -> list[tuple[int, Any]]:
-        """Schedule ``n`` steps on the workers, then collect them in order, ticking as each lands."""
+        """Schedule ``n`` steps on the workers, then collect them in order; the clock counts the chunk as one."""
         handles = [coordinator.schedule(worker_step, args=(iterator,)) for _ in range(n)]
-        out = []
-        for i, handle in enumerate(handles):
-            value = handle.fetch()
-            if clock is not None:
-                clock.tick()
-            out.append((i, value))
+        out = [(i, handle.fetch()) for i, handle in enumerate(handles)]
         coordinator.join()
+        if clock is not None:
+            clock.ticks(n)
         return out
 
     progress.examples_per_step = plan.batch_size
+    progress.per_step_times = False
     evaluate = Evaluator(model, plan)
     _loop(plan, progress, None, evaluate, chunked=chunked)
     progress.global_step = int(global_step.numpy())

@@ -80,6 +80,10 @@ def test_ps_async_one_ps_two_workers_converges(mnist_csv: Path, local_cluster) -
     assert chief.metrics.final_accuracy > 0.85
     assert chief.metrics.global_step == 410  # warm-up + measured closures, each one update on the ps
     assert chief.metrics.examples_per_sec > 0 and chief.metrics.step_times.count == 400
+    # The coordinator never sees one step's own duration: a mean, and no percentiles that would be fetch gaps.
+    steps = chief.metrics.step_times
+    assert steps.mean == pytest.approx(chief.metrics.extra["measured_wall_s"] / 400, rel=0.05)
+    assert steps.p5 is None and steps.median is None and steps.samples == []
     assert chief.metrics.extra["workers"] == 2 and chief.metrics.extra["ps"] == 1
     assert {r.provenance.cell_hash for r in records.values()} == {chief.provenance.cell_hash}
 
