@@ -1,6 +1,6 @@
 """``dlinfra report``: honest comparisons of layers from the results store.
 
-frame (store -> tidy frames), stats (summaries, bootstrap), views (the tables),
+frame (store -> tidy frames), stats (summaries, intervals), views (the tables),
 warnings (caveats and refusals), render (table/markdown/csv/json), html (one
 self-contained page), seeds (the seed studies' published figures), build
 (store -> Report). Nothing here imports TensorFlow.

@@ -1,12 +1,11 @@
 """Two campaigns side by side: did anything get faster or slower, and what else changed?
 
-Cells are matched by what they ran, not by their hash: the workload, the layer and the report's config
-(the cell config without placement details and provider), so the same experiment matches across
-campaigns on other hosts or addresses, and through another provider (Docker in A, Podman in B: the provider
-then shows in the metadata diff). For each matched cell the change of the metric's mean, B against A,
-in percent, with a percentile-bootstrap 95% CI of that ratio (:func:`dlinfra.report.stats.bootstrap_overhead`,
-the report's estimator, repeats resampled within each campaign) and the report's verdict: "no difference"
-when the CI holds 0. Cells that ran in one campaign only are listed, never dropped.
+Cells are matched by what they ran, not by their hash: the workload, the layer and the report's config (the
+cell config without placement details and provider), so the same experiment matches across campaigns on other
+hosts or addresses, and through another provider (Docker in A, Podman in B: the provider then shows in the
+metadata diff). For each matched cell the change of the metric's mean, B against A, in percent, with the
+report's 95% interval of that ratio (:func:`dlinfra.report.stats.overhead_ci`) and the report's verdict: "no
+difference" when the CI holds 0. Cells that ran in one campaign only are listed, never dropped.
 
 The metadata diff lists, per layer, the run metadata the records carry (CPU model, memory, Python,
 TensorFlow, payload hash, hosts, provider, devices, container and guest details) whose values differ.
@@ -131,7 +130,7 @@ def _change(
     ``threshold_pct``: a change whose whole CI lies within +-threshold is "no difference" too (practical
     equivalence, as a reference's tolerance in ReFrame): two runs of one testbed drift by a few percent.
     """
-    point, low, high = stats.bootstrap_overhead(a.to_numpy(), b.to_numpy(), metric.higher_is_better, seed)
+    point, low, high = stats.overhead_ci(a.to_numpy(), b.to_numpy(), metric.higher_is_better)
     verdict = stats.verdict(low, high)  # overhead > 0 is worse, i.e. slower
     if threshold_pct > 0 and -threshold_pct <= low and high <= threshold_pct:
         verdict = stats.SAME
@@ -243,7 +242,7 @@ class CompareReport(Report):
         better = "higher" if self.higher_is_better else "lower"
         return (
             f"metric {self.metric} ({self.unit}, {better} is better); change_pct = (mean B - mean A) / mean A; "
-            f"95% bootstrap CI over repeats (seed {self.seed}); verdict on B's speed, 'no difference' when the CI "
+            f"{stats.INTERVAL} over repeats; verdict on B's speed, 'no difference' when the CI "
             f"holds 0{self._threshold_note()}; {STATISTICS[self.statistic]}"
         )
 

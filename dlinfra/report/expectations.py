@@ -1,11 +1,12 @@
 """The ``expect`` entries of a campaign spec, held against its stored runs (like ReFrame's references).
 
 An expectation selects cells by filters (workload, layer, provider, any matrix key) and bounds either the
-overhead against a baseline layer (``overhead_pct: {min, max}``) or a metric's mean (``value`` with a relative,
-asymmetric ``tolerance``). Each selected workload x config x layer is one outcome. It passes only when the whole
-95% bootstrap interval lies inside the bound, the same interval the report shows: a point estimate inside
-the bound with an interval reaching outside is a failure, not a pass. With fewer than 2 runs (no interval),
-no baseline, or no run the filters select, the outcome is "insufficient data", which is not a pass either.
+overhead against a baseline layer (``overhead_pct: {min, max}``) or a metric's mean (``value`` with a
+relative, asymmetric ``tolerance``). Each selected workload x config x layer is one outcome. It passes only
+when the whole 95% interval (:func:`~dlinfra.report.stats.overhead_ci`) lies inside the bound, the same
+interval the report shows: a point estimate inside the bound with an interval reaching outside is a failure,
+not a pass. With fewer than 2 runs (no interval), no baseline, or no run the filters select, the outcome is
+"insufficient data", which is not a pass either.
 """
 
 from __future__ import annotations
@@ -120,16 +121,15 @@ def evaluate(
                 if base.empty:
                     out.append(Outcome(label, *key, bound, "no overhead", NO_DATA, f"no {baseline} run"))
                     continue
-                point, low, high = stats.bootstrap_overhead(
+                point, low, high = stats.overhead_ci(
                     base["value"].to_numpy(),
                     group["value"].to_numpy(),
-                    metric.higher_is_better,
-                    stats.stable_seed(seed, "overhead", *key),  # the report's interval, to the digit
+                    metric.higher_is_better,  # the report's interval, to the digit
                 )
                 measured = f"overhead {point:.4g}% CI {_interval(low, high, '%')}"
             else:
                 point = float(group["value"].mean())
-                low, high = stats.bootstrap_mean_ci(group["value"].to_numpy(), stats.stable_seed(seed, "mean", *key))
+                low, high = stats.mean_ci(group["value"].to_numpy())
                 measured = f"mean {point:.4g} CI {_interval(low, high)}"
             if math.isnan(low) or math.isnan(high):
                 n = min(len(group), len(base)) if overhead else len(group)

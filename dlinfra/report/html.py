@@ -60,7 +60,7 @@ def _short_labels(configs: list[str]) -> list[str]:
 
 
 def throughput_plots(report: Report) -> list[tuple[str, str]]:
-    """Per workload: the metric's mean per layer and config, with 95% bootstrap CI bars."""
+    """Per workload: the metric's mean per layer and config, with 95% t-interval bars."""
     frame = report.views["overhead"]
     frame = frame[frame["runs"] > 0]
     plots = []
@@ -88,7 +88,7 @@ def throughput_plots(report: Report) -> list[tuple[str, str]]:
         ax.set_ylabel(f"{report.metric} ({report.unit})")
         ax.set_title(f"{workload}: mean {report.metric} per layer, 95% CI")
         ax.legend(fontsize=8)
-        plots.append((f"{workload}: {report.metric} per layer (mean, 95% bootstrap CI bars)", _svg(fig)))
+        plots.append((f"{workload}: {report.metric} per layer (mean, 95% CI bars)", _svg(fig)))
     return plots
 
 
@@ -153,7 +153,7 @@ def compare_plots(report: Report) -> list[tuple[str, str]]:
     ax.set_yticks(range(len(shown)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(f"change of {report.metric}, B against A (%)")
-    caption = "change per matched cell with its 95% bootstrap CI (grey: no difference)"
+    caption = "change per matched cell with its 95% CI (grey: no difference)"
     if len(frame) > len(shown):
         caption += f"; unmatched or capped cells ({len(frame) - len(shown)}) are in the table"
     return [(caption, _svg(fig))]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from dlinfra.report.stats import INTERVAL
 from dlinfra.report.warnings import ReportWarning
 
 #: view name -> title, in the order every format shows them.
@@ -58,7 +59,7 @@ class Report:
         better = "higher" if self.higher_is_better else "lower"
         return (
             f"metric {self.metric} ({self.unit}, {better} is better); baseline {self.baseline}; overhead > 0 means "
-            f"worse than {self.baseline}; 95% bootstrap CI of the ratio of means over repeats (seed {self.seed}); "
+            f"worse than {self.baseline}; {INTERVAL} over repeats; "
             f"{STATISTICS[self.statistic]}"
         )
 

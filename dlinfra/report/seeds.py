@@ -11,7 +11,7 @@ ratios) are the comparable part: the notes say so, with both machines named.
 A seed that publishes charts without numbers (001) states verdicts instead ("the
 same time on host and container", "GRU slower in the container"): its figures
 are of kind ``verdict``, set beside the verdict of the report's own overhead
-view (the 95% bootstrap CI of :func:`stats.bootstrap_overhead`), with whether
+view (the 95% CI of :func:`stats.overhead_ci`), with whether
 the two agree.
 """
 

@@ -1,18 +1,16 @@
-"""The statistics of the report: robust summaries and a bootstrap CI of overhead.
+"""The statistics of the report: robust summaries and a calibrated CI of overhead.
 
-Overhead is estimated as a ratio of **means**, with a percentile bootstrap that
-resamples repeats within each layer independently. Means, not medians, because
-campaigns have few repeats (3-10): the bootstrap distribution of a median of 5
-values takes only a handful of distinct values, so its percentile interval is
-jumpy and too narrow; the mean's is smooth. Outliers, which the median would
-hide, are not hidden either: they raise the CV, and a CV above 5% is a warning.
-The tables still show the median and IQR of each layer, as users expect.
+Overhead is estimated as a ratio of **means**, with a Welch t-interval on the log of that ratio (the delta
+method: the log's variance is each layer's squared CV over its repeats, summed; Welch-Satterthwaite degrees of
+freedom). Why not the percentile bootstrap of before: with the 3-10 repeats campaigns have, it resamples too few
+values and ignores that the variance itself is estimated: its "95%" interval held a true 3% overhead in 89% of
+simulated campaigns of 8 repeats at a CV of 15%, this one in 95% (``tests/report/test_stats.py``). Means, not
+medians: the median of 5 values is jumpy, and outliers, which the median would hide, are not hidden either: they
+raise the CV, and a CV above 5% is a warning. The tables still show the median and IQR of each layer, as users
+expect.
 
 Sign convention: a positive overhead is always *worse* than the baseline:
 throughput ``(baseline - layer) / baseline``, times ``(layer - baseline) / baseline``.
-
-The RNG is seeded from the report seed and the group's identity, so the same
-store gives the same report, whatever order groups come in.
 """
 
 from __future__ import annotations
@@ -22,10 +20,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats as scipy_stats
 
-#: Resamples per interval: percentile CIs are stable to ~0.1 point at this count.
-N_BOOT = 10_000
 CONFIDENCE = 0.95
+#: The interval every overhead and change carries, as the report names it.
+INTERVAL = "95% Welch t-interval of the ratio of means (log scale)"
 CV_LIMIT_PCT = 5.0
 MIN_REPEATS = 3
 
@@ -79,49 +78,43 @@ def overhead_pct(baseline_mean: float, layer_mean: float, higher_is_better: bool
     return diff / baseline_mean * 100
 
 
-def _boot_means(x: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
-    idx = rng.integers(0, x.size, size=(n_boot, x.size))
-    return x[idx].mean(axis=1)
+def _clean(values: np.ndarray) -> np.ndarray:
+    x = np.asarray(values, dtype=float)
+    return x[~np.isnan(x)]
 
 
-def bootstrap_overhead(
-    baseline: np.ndarray,
-    layer: np.ndarray,
-    higher_is_better: bool,
-    seed: int,
-    n_boot: int = N_BOOT,
-    confidence: float = CONFIDENCE,
+def overhead_ci(
+    baseline: np.ndarray, layer: np.ndarray, higher_is_better: bool, confidence: float = CONFIDENCE
 ) -> tuple[float, float, float]:
-    """(point, low, high) overhead in percent; NaN when either side has fewer than 2 runs."""
-    b = np.asarray(baseline, dtype=float)
-    b = b[~np.isnan(b)]
-    x = np.asarray(layer, dtype=float)
-    x = x[~np.isnan(x)]
+    """(point, low, high) overhead in percent (:data:`INTERVAL`); NaN bounds when either side has fewer than 2
+    runs. Deterministic: the same runs give the same interval."""
+    b, x = _clean(baseline), _clean(layer)
     if b.size == 0 or x.size == 0:
         return (math.nan, math.nan, math.nan)
-    point = overhead_pct(float(b.mean()), float(x.mean()), higher_is_better)
-    if b.size < 2 or x.size < 2:
+    mb, mx = float(b.mean()), float(x.mean())
+    point = overhead_pct(mb, mx, higher_is_better)
+    if b.size < 2 or x.size < 2 or mb <= 0 or mx <= 0:
         return (point, math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    bm = _boot_means(b, rng, n_boot)
-    xm = _boot_means(x, rng, n_boot)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        boots = ((bm - xm) if higher_is_better else (xm - bm)) / bm * 100
-    alpha = (1 - confidence) / 2
-    low, high = np.nanpercentile(boots, [alpha * 100, (1 - alpha) * 100])
-    return (point, float(low), float(high))
+    vb, vx = float(b.var(ddof=1)) / (b.size * mb * mb), float(x.var(ddof=1)) / (x.size * mx * mx)
+    se = math.sqrt(vb + vx)
+    if se == 0:
+        return (point, point, point)
+    df = (vb + vx) ** 2 / (vb**2 / (b.size - 1) + vx**2 / (x.size - 1))
+    half = float(scipy_stats.t.ppf(0.5 + confidence / 2, df)) * se
+    ratio = math.log(mx / mb)  # layer over baseline
+    lo_r, hi_r = math.exp(ratio - half), math.exp(ratio + half)
+    if higher_is_better:  # overhead = 1 - ratio: a larger ratio is less overhead
+        return (point, (1 - hi_r) * 100, (1 - lo_r) * 100)
+    return (point, (lo_r - 1) * 100, (hi_r - 1) * 100)
 
 
-def bootstrap_mean_ci(values: np.ndarray, seed: int, n_boot: int = N_BOOT) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of one layer's mean (the plots' CI bars)."""
-    x = np.asarray(values, dtype=float)
-    x = x[~np.isnan(x)]
+def mean_ci(values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The t-interval of one layer's mean (the plots' CI bars, an expectation's value check)."""
+    x = _clean(values)
     if x.size < 2:
         return (math.nan, math.nan)
-    means = _boot_means(x, np.random.default_rng(seed), n_boot)
-    alpha = (1 - CONFIDENCE) / 2
-    low, high = np.percentile(means, [alpha * 100, (1 - alpha) * 100])
-    return (float(low), float(high))
+    half = float(scipy_stats.t.ppf(0.5 + confidence / 2, x.size - 1)) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return (float(x.mean()) - half, float(x.mean()) + half)
 
 
 def verdict(low: float, high: float) -> str:

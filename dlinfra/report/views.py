@@ -62,7 +62,7 @@ def _ok(values: pd.DataFrame) -> pd.DataFrame:
 def overhead_view(
     values: pd.DataFrame, failed: pd.DataFrame, metric: Metric, baseline: str, seed: int
 ) -> tuple[pd.DataFrame, list[ReportWarning]]:
-    """Per workload x config x layer: runs, median, IQR, CV, overhead vs baseline with a bootstrap CI, verdict."""
+    """Per workload x config x layer: runs, median, IQR, CV, overhead vs baseline with its CI, verdict."""
     rows: list[dict[str, object]] = []
     warnings: list[ReportWarning] = []
     good = _ok(values)
@@ -90,7 +90,7 @@ def overhead_view(
             )
             s = stats.summarise(mine["value"].to_numpy())
             key = (workload, config, layer)
-            lo_m, hi_m = stats.bootstrap_mean_ci(mine["value"].to_numpy(), stats.stable_seed(seed, "mean", *key))
+            lo_m, hi_m = stats.mean_ci(mine["value"].to_numpy())
             flags: list[str] = []
 
             def flag(code: str, message: str, flags: list[str] = flags, key: tuple[str, ...] = key) -> None:
@@ -124,11 +124,10 @@ def overhead_view(
                     for code in refused:
                         flag(code, CODES[code])
                 else:
-                    point, low, high = stats.bootstrap_overhead(
+                    point, low, high = stats.overhead_ci(
                         base["value"].to_numpy(),
                         mine["value"].to_numpy(),
                         metric.higher_is_better,
-                        stats.stable_seed(seed, "overhead", *key),
                     )
                     verdict = stats.verdict(low, high)
                     cpus = set(",".join(mine["cpu_model"]).split(","))
@@ -241,9 +240,7 @@ def ps_view(values: pd.DataFrame, metric: Metric, seed: int) -> pd.DataFrame:
             if ps == counts[0]:
                 point, low, high, verdict = 0.0, math.nan, math.nan, "reference"
             else:
-                point, low, high = stats.bootstrap_overhead(
-                    base, mine, metric.higher_is_better, stats.stable_seed(seed, "ps", workload, layer, key, int(ps))
-                )
+                point, low, high = stats.overhead_ci(base, mine, metric.higher_is_better)
                 verdict = stats.verdict(low, high)
             rows.append(
                 {
@@ -268,7 +265,7 @@ SCENARIO_KEYS = ("scenario", "background")
 
 def shared_view(values: pd.DataFrame, metric: Metric, seed: int) -> pd.DataFrame:
     """Per workload x config x layer: the cell next to a background job against the same cell alone
-    (degradation > 0: worse when shared), with the bootstrap CI of :func:`stats.bootstrap_overhead`."""
+    (degradation > 0: worse when shared), with the CI of :func:`stats.overhead_ci`."""
     columns = [
         "workload",
         "config",
@@ -298,9 +295,7 @@ def shared_view(values: pd.DataFrame, metric: Metric, seed: int) -> pd.DataFrame
             point, low, high = (math.nan,) * 3
             verdict = "no alone run"
             if alone.size:
-                point, low, high = stats.bootstrap_overhead(
-                    alone, mine, metric.higher_is_better, stats.stable_seed(seed, "shared", workload, key, layer)
-                )
+                point, low, high = stats.overhead_ci(alone, mine, metric.higher_is_better)
                 verdict = stats.verdict(low, high)
             rows.append(
                 {

@@ -33,19 +33,25 @@ def test_ten_percent_slower_layer_is_slower_and_same_layer_is_no_difference(stor
 
 
 def test_interval_coverage_over_many_known_truths():
-    """Not one lucky seed: across 40 generated sets, the 95% interval behaves as one."""
-    slow_hits = aa_hits = slow_excludes_zero = 0
+    """Calibrated at small n: over 400 generated pairs of 8 noisy repeats (CV 15%), the 95% interval holds a true
+    3% overhead at least 9 times in 10 (the percentile bootstrap of before: 89%, under its 95%), and an A/A
+    comparison's interval holds 0 as often; a 10% overhead on quieter data is never taken for none."""
+    rng = np.random.default_rng(7)
+    hits = aa_hits = 0
+    for _ in range(400):
+        base, slow = rng.normal(1000, 150, 8), rng.normal(970, 145.5, 8)
+        _, lo, hi = stats.overhead_ci(base, slow, True)
+        hits += lo <= 3 <= hi
+        _, lo, hi = stats.overhead_ci(base, rng.normal(1000, 150, 8), True)
+        aa_hits += lo <= 0 <= hi
+    assert hits >= 360 and aa_hits >= 360, (hits, aa_hits)
+    slow_excludes_zero = 0
     for i in range(40):
         base = np.array(draws(1000, 2, 10, seed=100 + i))
         slow = np.array(draws(900, 2, 10, seed=200 + i))
-        same = np.array(draws(1000, 2, 10, seed=300 + i))
-        _, lo, hi = stats.bootstrap_overhead(base, slow, True, seed=i, n_boot=4000)
-        slow_hits += lo <= 10 <= hi
+        _, lo, hi = stats.overhead_ci(base, slow, True)
         slow_excludes_zero += lo > 0
-        _, lo, hi = stats.bootstrap_overhead(base, same, True, seed=i, n_boot=4000)
-        aa_hits += lo <= 0 <= hi
     assert slow_excludes_zero == 40
-    assert slow_hits >= 34 and aa_hits >= 34, (slow_hits, aa_hits)
 
 
 def test_sign_convention_for_throughput_and_elapsed(campaign, store):
