@@ -117,6 +117,8 @@ def run(
         f"{result.skipped} skipped (already stored)"
         + (" — interrupted; stored cells are kept, rerun with --resume" if result.interrupted else retry)
     )
+    if result.stopping:
+        console.print(f"repeats: {escape(result.stopping)}")
     contaminated = [s for s in result.ran if s.run.status == "ok" and s.verdict is not None and s.verdict.contaminated]
     if contaminated or result.contaminated_attempts:
         console.print(

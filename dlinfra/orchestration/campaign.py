@@ -12,6 +12,7 @@ with the reason, and ``--resume`` runs only the cells not yet stored as ok.
 
 from __future__ import annotations
 
+import math
 import random
 import signal
 import threading
@@ -44,6 +45,7 @@ from dlinfra.orchestration.sweep import sweep_dead_runs
 from dlinfra.orchestration.testbed_facts import gather_facts, metadata_rows
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.registry import provider_for, provider_name, stacks_on
+from dlinfra.report.precision import campaign_precision
 from dlinfra.results.store import CONTAMINATED, CellOutcome, ResultsStore
 
 
@@ -78,6 +80,8 @@ class CampaignResult:
     #: The campaign's wall time (bring-up to tear-down) and how much of it went to first-time builds.
     wall_s: float = 0.0
     build_s: float = 0.0
+    #: ``repeats: {min, max, ci_pct}``: why the campaign stopped repeating (empty without the rule).
+    stopping: str = ""
     #: Attempts stored as contaminated and run again; hosts where every attempt of a cell was contaminated.
     contaminated_attempts: int = 0
     busy_hosts: set[str] = field(default_factory=set)
@@ -614,6 +618,8 @@ def _measure(
             if interrupt.event.is_set():
                 result.interrupted = True
                 break
+            if number > 1 and repeat != todo[number - 2][1] and _precise_enough(spec, store, cid, repeat, result):
+                break
             name = f"cell {number}/{len(todo)} {cell.label()} #{repeat}"
             blocked = next((unusable[n] for n in cell.targets if n in unusable), None)
             if blocked is not None:
@@ -626,7 +632,31 @@ def _measure(
             if interrupt.event.is_set():
                 result.interrupted = True
                 break
+        else:
+            if spec.adaptive is not None:
+                _precise_enough(spec, store, cid, spec.adaptive.max, result)
     return result
+
+
+def _precise_enough(spec: CampaignSpec, store: ResultsStore, cid: str, ran: int, result: CampaignResult) -> bool:
+    """With ``repeats: {min, max, ci_pct}``, once ``ran`` repeats are stored (at least ``min``): whether every
+    compared cell's CI half-width is within ``ci_pct`` (the campaign stops, saying so), or, at ``max``, how far
+    the widest one is. Always False without the rule."""
+    rule = spec.adaptive
+    if rule is None or ran < rule.min:
+        return False
+    widths = campaign_precision(store, cid, baseline="bm")
+    widest = max(widths, key=lambda p: math.inf if math.isnan(p.half_width_pct) else p.half_width_pct, default=None)
+    if widest is not None and not math.isnan(widest.half_width_pct) and widest.half_width_pct <= rule.ci_pct:
+        result.stopping = f"stopped after {ran} repeats: every CI half-width <= {rule.ci_pct:g}% (widest: {widest})"
+        say(escape(result.stopping))
+        return True
+    if ran >= rule.max:
+        result.stopping = f"reached max {rule.max} repeats; the widest CI is still {widest} (target {rule.ci_pct:g}%)"
+        say(f"[yellow]{escape(result.stopping)}[/yellow]")
+    else:
+        say(escape(f"after {ran} repeats the widest CI is {widest} (target {rule.ci_pct:g}%): one more repeat"))
+    return False
 
 
 class _Attempts:

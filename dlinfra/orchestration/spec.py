@@ -55,7 +55,7 @@ TOP_FIELDS = {
     "layers": f"list of layers to measure: {', '.join(LAYERS)}",
     "workloads": "list of workload names or {name, hosts, matrix} mappings",
     "matrix": "parameter lists crossed into cells, for every workload",
-    "repeats": "runs per cell (>= 1)",
+    "repeats": "runs per cell (>= 1), or sized by the noise: {min: 3, max: 10, ci_pct: 2}",
     **{p.name: f"{p.help}, every cell" for p in CAMPAIGN_PARAMS},
     "cell_timeout": "seconds one cell may take, all processes (> 0)",
     "peer_timeout": "seconds a distributed process waits for a silent peer",
@@ -68,6 +68,12 @@ TOP_FIELDS = {
     "a cell reads one with data: generated:NAME",
     "interference": "when a run counts as contaminated by other programs on its CPUs, and how often such a cell "
     "runs again: {max_foreign_share: 0.10, reruns: 2}",
+}
+#: Fields of ``repeats`` as a mapping: repeats sized by the noise (docs/campaigns.md, "Repeats").
+ADAPTIVE_REPEAT_FIELDS = {
+    "min": "repeats every cell runs before the rule is checked (>= 2)",
+    "max": "repeats at most",
+    "ci_pct": "stop once every compared cell's 95% CI half-width is at most this many percent",
 }
 #: Fields of ``interference`` (docs/campaigns.md, "Interference").
 INTERFERENCE_FIELDS = {
@@ -150,6 +156,19 @@ class WorkloadSpec:
     exclude: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class AdaptiveRepeats:
+    """Repeats sized by the noise: at least ``min``, then one more repeat of every cell at a time until every
+    compared cell's 95% CI half-width is at most ``ci_pct`` percent, or ``max`` repeats ran."""
+
+    min: int
+    max: int
+    ci_pct: float
+
+    def __str__(self) -> str:
+        return f"repeats until every CI half-width <= {self.ci_pct:g}% (min {self.min}, max {self.max})"
+
+
 @dataclass
 class CampaignSpec:
     path: Path
@@ -179,6 +198,8 @@ class CampaignSpec:
     datasets: dict[str, ds.DatasetSpec] = field(default_factory=dict)
     #: When a run is contaminated by other programs on its CPUs, and how often such a cell runs again.
     interference: InterferencePolicy = field(default_factory=InterferencePolicy)
+    #: ``repeats: {min, max, ci_pct}``: repeat until precise enough (``repeats`` is then the most it may take).
+    adaptive: AdaptiveRepeats | None = None
 
     @property
     def warmup_steps(self) -> int:
@@ -747,7 +768,10 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
         raw=data,
         datasets=check.datasets,
     )
-    if "repeats" in data:
+    if isinstance(data.get("repeats"), dict):
+        spec.adaptive = _adaptive_repeats(check, data["repeats"])
+        spec.repeats = spec.adaptive.max
+    elif "repeats" in data:
         spec.repeats = check.integer(data["repeats"], ("repeats",), INT_BOUNDS["repeats"])
     for param in CAMPAIGN_PARAMS:
         if param.name in data:
@@ -780,6 +804,21 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
         raise check.fail(("datasets", unused, "__key__"), f"no cell reads it (data: {ds.PREFIX}{unused})")
     _check_providers(check, spec)
     return spec
+
+
+def _adaptive_repeats(check: _Checker, value: dict[str, Any]) -> AdaptiveRepeats:
+    """``repeats: {min, max, ci_pct}``: all three, min <= max."""
+    for key in value:
+        if key not in ADAPTIVE_REPEAT_FIELDS:
+            raise check.unknown(("repeats",), key, set(ADAPTIVE_REPEAT_FIELDS))
+    for key in ADAPTIVE_REPEAT_FIELDS:
+        if key not in value:
+            raise check.fail(("repeats",), f"needs {key} too", "e.g. repeats: {min: 3, max: 10, ci_pct: 2}")
+    low = check.integer(value["min"], ("repeats", "min"), (2, INT_BOUNDS["repeats"][1]))
+    high = check.integer(value["max"], ("repeats", "max"), INT_BOUNDS["repeats"])
+    if high < low:
+        raise check.fail(("repeats", "max"), f"must be >= min ({low}), got {high}")
+    return AdaptiveRepeats(low, high, check.number(value["ci_pct"], ("repeats", "ci_pct"), (0, 100)))
 
 
 def _interference(check: _Checker, value: Any) -> InterferencePolicy:

@@ -116,6 +116,13 @@ def build_report(
                 "--include-contaminated keeps them, 'dlinfra results show' says who",
             )
         )
+    rule = store.campaign_spec(campaign_id).get("repeats")
+    if isinstance(rule, dict):
+        ran = int(values["repeat"].max()) + 1 if not values.empty else 0
+        notes.append(
+            f"repeats sized by the noise: until every 95% CI half-width (detectable_pct) is <= {rule.get('ci_pct')}%, "
+            f"at least {rule.get('min')} and at most {rule.get('max')}; {ran} ran"
+        )
     if trimmed:
         notes.append(f"statistic trimmed: {trimmed} run(s) dropped, the fastest and slowest of each layer")
     if compare_seed:

@@ -41,6 +41,7 @@ OVERHEAD_COLUMNS = [
     "overhead_pct",
     "ci_low_pct",
     "ci_high_pct",
+    "detectable_pct",
     "verdict",
     "flags",
     "mean",
@@ -152,6 +153,8 @@ def overhead_view(
                     "overhead_pct": point,
                     "ci_low_pct": low,
                     "ci_high_pct": high,
+                    # The smallest effect these repeats could tell from noise: the interval's half-width.
+                    "detectable_pct": (high - low) / 2 if layer != baseline else math.nan,
                     "verdict": verdict,
                     "flags": ",".join(dict.fromkeys(flags)),
                     "mean": s.mean,

@@ -1,9 +1,10 @@
-"""A campaign on a host where something else runs on the payload's CPU: the run is flagged with the figure, the
-cell runs again within its bound, the host is then called busy in one line (no loop), every attempt is kept, and
-the report leaves the contaminated runs out and counts them (``--include-contaminated`` keeps them).
+"""Campaigns against noise. A host where something else runs on the payload's CPU: the run is flagged with the
+figure, the cell runs again within its bound, the host is then called busy in one line (no loop), every attempt
+is kept, and the report leaves the contaminated runs out and counts them (``--include-contaminated`` keeps them).
+Repeats sized by the noise stop at their target, or at their maximum with a line saying so.
 
-Real: the local testbed's first host, pinned to one CPU by its inventory, real sysbench cells over SSH, and a
-busy loop pinned to that CPU on this machine (the testbed's hosts are slices of it).
+Real: the local testbed's first host (pinned to one CPU by its inventory for the hog), real sysbench cells over
+SSH, and a busy loop pinned to that CPU on this machine (the testbed's hosts are slices of it).
 """
 
 from __future__ import annotations
@@ -78,3 +79,30 @@ def test_a_hog_on_the_payloads_cpu_flags_reruns_then_calls_the_host_busy(deploye
     assert shares and all(s > 20 for s in shares), system
     shown = run_cli("--db", str(db), "results", "show", "busy-it")
     assert "contaminated" in shown.stdout and "others %" in shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("ci_pct", "runs", "said"),
+    [(100, 2, "stopped after 2 repeats: every CI half-width <= 100%"), (0.001, 3, "reached max 3 repeats")],
+    ids=["target-met", "max-reached"],
+)
+def test_repeats_sized_by_the_noise_stop_at_the_target_or_at_max(
+    deployed, tmp_path: Path, ci_pct: float, runs: int, said: str
+) -> None:
+    host = deployed.bed.state.hosts[0]
+    spec = tmp_path / "adaptive.yml"
+    spec.write_text(
+        f"name: adaptive-it\ninventory: {deployed.bed.inventory}\nlayers: [bm]\ncell_timeout: 120\n"
+        f"repeats: {{min: 2, max: 3, ci_pct: {ci_pct}}}\n"
+        f"workloads:\n  - {{name: sysbench-cpu, hosts: [{host.name}], matrix: {{time: [1]}}}}\n"
+    )
+    db = tmp_path / "adaptive.db"
+    proc = run_cli(
+        "--db", str(db), "run", str(spec), "--campaign-id", "adaptive-it", "--artifacts", str(tmp_path / "a")
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert said in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+    with open_store(str(db)) as store:
+        assert len(store.runs("adaptive-it")) == runs
+    report = run_cli("--db", str(db), "report", "--campaign", "adaptive-it")
+    assert report.returncode == 0 and "repeats sized by the noise" in report.stdout, report.stdout + report.stderr

@@ -1,0 +1,71 @@
+"""How precise a campaign's comparisons are so far: each cell's 95% CI half-width, in percent.
+
+The half-width is the smallest effect the repeats could tell from noise: a layer whose overhead interval is
++-2% cannot show a 1% overhead. A cell with a baseline run of the same config is judged by its overhead's
+interval (percentage points); a baseline cell, or one without a baseline, by its mean's interval relative to
+the mean. ``repeats: {min, max, ci_pct}`` stops a campaign once every half-width is at most ``ci_pct``
+(:mod:`dlinfra.orchestration.campaign`); the report shows the same figure per row (``detectable_pct``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from dlinfra.report import stats
+from dlinfra.report.frame import METRICS, Metric, leave_out_contaminated, load_runs, run_values
+from dlinfra.results.store import ResultsStore
+
+
+@dataclass(frozen=True)
+class Precision:
+    workload: str
+    config: str
+    layer: str
+    runs: int
+    #: The 95% CI half-width in percent; NaN with fewer than 2 runs on a side.
+    half_width_pct: float
+
+    def __str__(self) -> str:
+        width = "no interval yet" if math.isnan(self.half_width_pct) else f"+-{self.half_width_pct:.1f}%"
+        return f"{self.workload} {self.config} {self.layer}: {width} over {self.runs} run(s)"
+
+
+def half_width(baseline: pd.Series | None, mine: pd.Series, metric: Metric) -> float:
+    """The CI half-width of ``mine``'s overhead against ``baseline``, or of its mean when there is none."""
+    if baseline is not None:
+        _, low, high = stats.overhead_ci(baseline.to_numpy(), mine.to_numpy(), metric.higher_is_better)
+        return (high - low) / 2
+    low, high = stats.mean_ci(mine.to_numpy())
+    mean = float(mine.mean())
+    return (high - low) / 2 / abs(mean) * 100 if mean else math.nan
+
+
+def precision(values: pd.DataFrame, baseline: str, metric: Metric) -> list[Precision]:
+    """Every workload x config x layer of ``values`` (:func:`~dlinfra.report.frame.run_values`) with its width."""
+    good = values[values["ok"] & values["value"].notna()] if not values.empty else values
+    out = []
+    for (workload, config), group in good.groupby(["workload", "config_label"], sort=True):
+        base = group.loc[group["layer"] == baseline, "value"]
+        for layer, mine in group.groupby("layer", sort=True):
+            against = base if layer != baseline and len(base) else None
+            out.append(Precision(workload, config, str(layer), len(mine), half_width(against, mine["value"], metric)))
+    return out
+
+
+def campaign_precision(store: ResultsStore, campaign_id: str, baseline: str = "bm") -> list[Precision]:
+    """:func:`precision` of a stored campaign's clean runs: throughput where the workload records it, else
+    elapsed time (sysbench, kernels)."""
+    runs, _, _ = leave_out_contaminated(load_runs(store, campaign_id))
+    if runs.empty:
+        return []
+    found = []
+    throughput = run_values(runs, METRICS["throughput"])
+    measured = set(throughput.loc[throughput["value"].notna(), "workload"])
+    found += precision(throughput[throughput["workload"].isin(measured)], baseline, METRICS["throughput"])
+    rest = runs[~runs["workload"].isin(measured)]
+    if not rest.empty:
+        found += precision(run_values(rest, METRICS["elapsed"]), baseline, METRICS["elapsed"])
+    return found
