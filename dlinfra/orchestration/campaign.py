@@ -33,7 +33,7 @@ from dlinfra.cancel import Cancelled, cancellable, start_helper
 from dlinfra.errors import DlinfraError, SpecError
 from dlinfra.images.wheelhouse import Wheelhouse, build_wheelhouse
 from dlinfra.inventory import InventoryHost, match_pattern
-from dlinfra.orchestration import datasets
+from dlinfra.orchestration import datasets, shield
 from dlinfra.orchestration.cells import Cell, expand, plan, run_order
 from dlinfra.orchestration.deploy import deploy, verify_identities
 from dlinfra.orchestration.interference import Verdict, assess
@@ -609,10 +609,33 @@ def _measure(
         unusable.update({t.name: str(failure) for t in up.targets[failure.layer]})
     result.layer_failures += deploys.failures
     used = {name for cell, _ in todo for name in cell.targets if name not in unusable}
-    store.store_targets(cid, [entry for entry in deploys.metadata if entry["target"] in used])
-
     by_name = {t.name: t for ts in up.targets.values() for t in ts}
-    attempts = _Attempts(spec, store, cid, launcher, by_name, result)
+    shielded = shield.Shield()
+    if spec.shield is not None:
+        bare_metal = [t for t in up.targets.get("bm", []) if t.name in used]
+        shielded = shield.apply(bare_metal, spec.shield, artifacts / "shield")
+        for entry in deploys.metadata:  # what the shield changed is testbed metadata: compare diffs it
+            if entry["target"] in shielded.changed:
+                entry["metadata"]["shield"] = shielded.changed[entry["target"]]
+    store.store_targets(cid, [entry for entry in deploys.metadata if entry["target"] in used])
+    try:
+        _run_cells(spec, store, cid, todo, unusable, _Attempts(spec, store, cid, launcher, by_name, result))
+    finally:
+        if shielded.hosts:
+            shield.remove(shielded, artifacts / "shield")
+    return result
+
+
+def _run_cells(
+    spec: CampaignSpec,
+    store: ResultsStore,
+    cid: str,
+    todo: list[tuple[Cell, int]],
+    unusable: dict[str, str],
+    attempts: _Attempts,
+) -> None:
+    """Each cell x repeat in order, stored as it ends; Ctrl-C stops between cells; adaptive repeats may stop early."""
+    result = attempts.result
     with _Interrupt() as interrupt:
         for number, (cell, repeat) in enumerate(todo, start=1):
             if interrupt.event.is_set():
@@ -635,7 +658,6 @@ def _measure(
         else:
             if spec.adaptive is not None:
                 _precise_enough(spec, store, cid, spec.adaptive.max, result)
-    return result
 
 
 def _precise_enough(spec: CampaignSpec, store: ResultsStore, cid: str, ran: int, result: CampaignResult) -> bool:

@@ -39,6 +39,7 @@ from dlinfra.errors import SpecError
 from dlinfra.layers import LAYERS
 from dlinfra.orchestration import datasets as ds
 from dlinfra.orchestration.interference import DEFAULT_MAX_FOREIGN_SHARE, MAX_FOREIGN_SHARE_ENV, InterferencePolicy
+from dlinfra.orchestration.shield import ShieldOptions
 from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
 from dlinfra.payload.params import MODES, PARAM, PARAMS, Param
 from dlinfra.safe_yaml import dotted, excerpt, plain
@@ -66,6 +67,8 @@ TOP_FIELDS = {
     "background": "the job run next to every cell of scenario shared: {workload: NAME, PARAM: VALUE, ...}",
     "datasets": "data sets generated on the controller and shipped to the targets: {NAME: {kind: jpeg, ...}}; "
     "a cell reads one with data: generated:NAME",
+    "shield": "prepare the bare-metal hosts for measurement while the campaign runs (CPU shield, governor, turbo, "
+    "huge pages): true, or {governor: performance, turbo: off, thp: never}",
     "interference": "when a run counts as contaminated by other programs on its CPUs, and how often such a cell "
     "runs again: {max_foreign_share: 0.10, reruns: 2}",
 }
@@ -75,6 +78,13 @@ ADAPTIVE_REPEAT_FIELDS = {
     "max": "repeats at most",
     "ci_pct": "stop once every compared cell's 95% CI half-width is at most this many percent",
 }
+#: Fields of ``shield`` as a mapping (role measurement_shield's variables).
+SHIELD_FIELDS = {
+    "governor": "frequency governor of the shielded CPUs (performance); empty keeps it",
+    "turbo": "off (a steady clock) or keep",
+    "thp": "transparent huge pages: never, madvise or always; empty keeps the host's",
+}
+SHIELD_CHOICES = {"turbo": ("off", "keep"), "thp": ("", "never", "madvise", "always")}
 #: Fields of ``interference`` (docs/campaigns.md, "Interference").
 INTERFERENCE_FIELDS = {
     "max_foreign_share": "others' share of the payload CPUs' capacity above which a run is contaminated (0..1)",
@@ -200,6 +210,8 @@ class CampaignSpec:
     interference: InterferencePolicy = field(default_factory=InterferencePolicy)
     #: ``repeats: {min, max, ci_pct}``: repeat until precise enough (``repeats`` is then the most it may take).
     adaptive: AdaptiveRepeats | None = None
+    #: ``shield:``: the bare-metal hosts prepared for measurement while the campaign measures (None: not).
+    shield: ShieldOptions | None = None
 
     @property
     def warmup_steps(self) -> int:
@@ -794,6 +806,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
         spec.order_seed = check.integer(data["order_seed"], ("order_seed",), (0, 2**63 - 1))
     spec.background = _background(check, data.get("background"), known)
     spec.interference = _interference(check, data.get("interference"))
+    spec.shield = _shield(check, data.get("shield"))
     if shared_at is not None and spec.background is None:
         raise check.fail(
             shared_at, "scenario shared needs the campaign's background job", "add background: {workload: alexnet}"
@@ -819,6 +832,28 @@ def _adaptive_repeats(check: _Checker, value: dict[str, Any]) -> AdaptiveRepeats
     if high < low:
         raise check.fail(("repeats", "max"), f"must be >= min ({low}), got {high}")
     return AdaptiveRepeats(low, high, check.number(value["ci_pct"], ("repeats", "ci_pct"), (0, 100)))
+
+
+def _shield(check: _Checker, value: Any) -> ShieldOptions | None:
+    """``shield``: true/false, or the role's knobs."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return ShieldOptions()
+    if not isinstance(value, dict):
+        raise check.fail(("shield",), "must be true, false or a mapping, e.g. {governor: performance, turbo: off}")
+    options: dict[str, str] = {}
+    for key, given in value.items():
+        if key not in SHIELD_FIELDS:
+            raise check.unknown(("shield",), key, set(SHIELD_FIELDS))
+        text = "off" if given is False and key == "turbo" else given  # YAML reads a bare off as false
+        if not isinstance(text, str) or (key in SHIELD_CHOICES and text not in SHIELD_CHOICES[key]):
+            choices = ", ".join(c or "''" for c in SHIELD_CHOICES.get(key, ()))
+            raise check.fail(("shield", key), f"{excerpt(given)} is not one of {choices or 'a governor name'}")
+        if key == "governor" and text and not re.fullmatch(r"[a-z]{1,32}", text):
+            raise check.fail(("shield", key), f"{excerpt(given)} is not a governor name (e.g. performance)")
+        options[key] = text
+    return ShieldOptions(**options)
 
 
 def _interference(check: _Checker, value: Any) -> InterferencePolicy:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from dlinfra.errors import DlinfraError
-from dlinfra.orchestration import process_groups
+from dlinfra.orchestration import process_groups, shield
 from dlinfra.orchestration.orphans import orphaned_playbooks, stop_orphaned_playbooks
 from dlinfra.orchestration.runs_registry import (
     being_swept,
@@ -144,6 +144,7 @@ def _sweep_run(
         objects = info.objects + [o for o in discovered if o not in info.objects]
         before = (sum(len(v) for v in report.removed.values()), len(report.errors))
         _stop_process_groups(label, [o for o in objects if o.get("kind") == process_groups.KIND], report)
+        shield.sweep(label, [o for o in objects if o.get("kind") == shield.KIND], report)  # hosts it prepared
         for cls in _sweepers():
             try:
                 cls.sweep(label, objects, report)

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from dlinfra.report import stats
-from dlinfra.report.frame import METRICS, load_runs, run_values, trim_runs
+from dlinfra.report.frame import METRICS, leave_out_contaminated, load_runs, run_values, trim_runs
 from dlinfra.results.store import ResultsStore
 
 PASS, FAIL, NO_DATA = "pass", "fail", "insufficient data"
@@ -82,7 +82,7 @@ def evaluate(
     """Every expectation against every group it selects; a group-less expectation is one "insufficient data"."""
     if not expect:
         return []
-    runs = load_runs(store, campaign_id)
+    runs, _, _ = leave_out_contaminated(load_runs(store, campaign_id))  # as the report does
     values_by_metric: dict[str, pd.DataFrame] = {}
     out: list[Outcome] = []
     for index, item in enumerate(expect):

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from support import run_cli
 
+from dlinfra.record import RunRecord
 from dlinfra.results.store import CONTAMINATED, open_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -106,3 +107,114 @@ def test_repeats_sized_by_the_noise_stop_at_the_target_or_at_max(
         assert len(store.runs("adaptive-it")) == runs
     report = run_cli("--db", str(db), "report", "--campaign", "adaptive-it")
     assert report.returncode == 0 and "repeats sized by the noise" in report.stdout, report.stdout + report.stderr
+
+
+def _affinity(pid: int) -> set[int]:
+    return set(os.sched_getaffinity(pid))
+
+
+def _thp() -> str | None:
+    path = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    return path.read_text().split("[", 1)[1].split("]", 1)[0] if path.is_file() else None
+
+
+@pytest.mark.alone  # it moves every task of this machine off one CPU
+def test_the_shield_moves_a_hog_off_the_payloads_cpu_and_absent_restores_everything(tmp_path: Path) -> None:
+    """Role measurement_shield on this machine: an unpinned hog is moved off the shielded CPU, and a payload pinned
+    there is then clean; a second present changes nothing; absent gives the hog its CPUs back and every knob its
+    value (transparent huge pages here), and removes the state file."""
+    from dlinfra.orchestration.ansible import run_playbook
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("a shield needs two CPUs: one for the payload, one for the rest")
+    shielded = str(cpus[-1])
+    state = tmp_path / "shield.json"
+    inventory = {
+        "all": {"hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}
+    }
+    common = {"measurement_shield_state_file": str(state)}
+    thp_before = _thp()
+    thp = {"never": "madvise"}.get(thp_before or "", "never")
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        hog_before = _affinity(hog.pid)
+        present = {**common, "measurement_shield_cpus": shielded, "measurement_shield_thp": thp if thp_before else ""}
+        first = run_playbook("shield.yml", inventory=inventory, extravars=present, artifacts_dir=tmp_path / "a1")
+        assert first.ok and first.changed >= 1 and state.is_file(), first.failures
+        assert int(shielded) not in _affinity(hog.pid) and _affinity(os.getpid()) == set(cpus) - {int(shielded)}
+        if thp_before:
+            assert _thp() == thp
+        done = subprocess.run(
+            [sys.executable, "-m", "dlinfra.payload", "run", "--workload", "sysbench-cpu", "--time", "2",
+             "--cpus", shielded, "--out", str(tmp_path / "r.json")],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        found = RunRecord.from_json((tmp_path / "r.json").read_text()).metrics.interference
+        assert found is not None and found.others_cpu_s < 0.1 * found.wall_s, found  # the hog ran elsewhere
+        again = run_playbook("shield.yml", inventory=inventory, extravars=present, artifacts_dir=tmp_path / "a2")
+        assert again.ok and again.changed == 0
+    finally:
+        absent = {**common, "measurement_shield_state": "absent"}
+        restored = run_playbook("shield.yml", inventory=inventory, extravars=absent, artifacts_dir=tmp_path / "a3")
+        hog_after = _affinity(hog.pid)
+        hog.kill()
+        hog.wait()
+    assert restored.ok and restored.changed >= 1 and not state.exists()
+    assert hog_after == hog_before and _affinity(os.getpid()) == set(cpus)
+    assert _thp() == thp_before
+    twice = run_playbook("shield.yml", inventory=inventory, extravars=absent, artifacts_dir=tmp_path / "a4")
+    assert twice.ok and twice.changed == 0
+
+
+@pytest.mark.alone  # it shields one CPU of this machine (the testbed's hosts are slices of it)
+def test_a_shielded_campaign_killed_with_sigkill_is_restored_by_sweep(deployed, tmp_path: Path) -> None:
+    """``shield: true``: the campaign shields its host's CPU before its cells; SIGKILL leaves the host shielded
+    (the hog still kept off), and ``dlinfra sweep`` restores it from the run registry's record."""
+    import signal
+
+    from dlinfra.orchestration.shield import STATE_FILE
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("a shield needs two CPUs: one for the payload, one for the rest")
+    host, cpu = deployed.bed.state.hosts[0], str(cpus[-1])
+    inventory = yaml.safe_load(Path(deployed.bed.inventory).read_text())
+    (group,) = inventory["all"]["children"].values()
+    group["hosts"] = {host.name: {**group["hosts"][host.name], "dlinfra_cpus": cpu}}
+    pinned = tmp_path / "pinned.yml"
+    pinned.write_text(yaml.safe_dump(inventory))
+    spec = tmp_path / "shielded.yml"
+    spec.write_text(
+        f"name: shield-it\ninventory: {pinned}\nlayers: [bm]\ncell_timeout: 300\nshield: true\n"
+        f"workloads:\n  - {{name: sysbench-cpu, hosts: [{host.name}], matrix: {{time: [120]}}}}\n"
+    )
+    assert not Path(STATE_FILE).exists(), "a shield is already on this machine"
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    log = tmp_path / "controller.log"
+    try:
+        before = _affinity(hog.pid)
+        with log.open("wb") as out:
+            controller = subprocess.Popen(
+                [sys.executable, "-m", "dlinfra", "--db", str(tmp_path / "s.db"), "run", str(spec),
+                 "--artifacts", str(tmp_path / "art")],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + 300
+        while b"cell 1/1" not in log.read_bytes():
+            assert controller.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(1)
+        assert Path(STATE_FILE).is_file() and int(cpu) not in _affinity(hog.pid), log.read_text()[-3000:]
+        assert "shield: " in log.read_text() and f"CPU(s) {cpu} shielded" in log.read_text()
+        os.killpg(controller.pid, signal.SIGKILL)
+        controller.wait(timeout=60)
+        assert Path(STATE_FILE).is_file() and int(cpu) not in _affinity(hog.pid)  # SIGKILL ran no clean-up
+        swept = run_cli("sweep", timeout=300)
+        assert swept.returncode == 0, swept.stdout + swept.stderr
+        assert not Path(STATE_FILE).exists() and _affinity(hog.pid) == before, swept.stdout + swept.stderr
+    finally:
+        hog.kill()
+        hog.wait()
+        if Path(STATE_FILE).exists():  # leave the machine as it was, whatever failed above
+            run_cli("sweep", timeout=300)

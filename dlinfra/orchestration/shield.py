@@ -1,0 +1,158 @@
+"""``shield: true``: the campaign's bare-metal hosts prepared for measurement while it measures, then restored.
+
+Each kernel the campaign measures bare metal on is shielded once (testbed hosts that are slices of one machine
+share a kernel: ``/proc/sys/kernel/random/boot_id``), on the union of the CPU sets its targets are pinned to:
+other tasks and IRQs move to the remaining CPUs, the governor, turbo and huge pages are set (role
+``measurement_shield``, ``playbooks/shield.yml``). A kernel whose targets use every CPU has nothing to move
+others to: one line says so, and it is measured unshielded. Before the playbook runs, the run registry records
+where it goes (kind ``shield``), so that ``dlinfra sweep`` restores a host whose controller was killed; the
+campaign restores it when it ends. What changed goes into each target's testbed metadata, which ``compare``
+diffs.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dlinfra.errors import DlinfraError
+from dlinfra.orchestration.ansible import run_playbook
+from dlinfra.orchestration.progress import say
+from dlinfra.orchestration.runs_registry import RunClaim, claim
+from dlinfra.payload.cpuset import format_cpuset, parse_cpuset
+from dlinfra.transport import SshEndpoint
+
+if TYPE_CHECKING:
+    from dlinfra.orchestration.sweep_report import SweepReport
+    from dlinfra.providers.base import Target
+
+#: The run registry's entry kind for one shielded host.
+KIND = "shield"
+PLAYBOOK = "shield.yml"
+#: The role's state file on the host (its default).
+STATE_FILE = "/var/lib/dlinfra/shield.json"
+
+
+@dataclass(frozen=True)
+class ShieldOptions:
+    """The spec's ``shield:`` (``true`` is all defaults)."""
+
+    governor: str = "performance"
+    turbo: str = "off"
+    thp: str = ""
+
+    def extravars(self, cpus: str) -> dict[str, Any]:
+        return {
+            "measurement_shield_state": "present",
+            "measurement_shield_cpus": cpus,
+            "measurement_shield_governor": self.governor,
+            "measurement_shield_turbo": self.turbo,
+            "measurement_shield_thp": self.thp,
+        }
+
+
+@dataclass
+class Shield:
+    """The hosts one campaign shielded, and what each changed."""
+
+    claim: RunClaim | None = None
+    #: One target per shielded kernel (the one the playbook ran on).
+    hosts: list[Target] = field(default_factory=list)
+    #: Target name -> what the shield did on its kernel (CPUs, tasks and IRQs moved, knobs old and new).
+    changed: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _kernel(target: Target) -> str:
+    link = target.transport()
+    try:
+        result = link.run(["cat", "/proc/sys/kernel/random/boot_id"], timeout=30)
+    finally:
+        link.close()
+    return result.stdout.strip() if result.ok else target.name
+
+
+def _online_cpus(target: Target) -> set[int]:
+    link = target.transport()
+    try:
+        result = link.run(["cat", "/sys/devices/system/cpu/online"], timeout=30)
+    finally:
+        link.close()
+    return set(parse_cpuset(result.stdout.strip())) if result.ok else set()
+
+
+def apply(targets: list[Target], options: ShieldOptions, artifacts: Path) -> Shield:
+    """Shield every kernel of ``targets`` (bare-metal ones) on its targets' CPUs; the shield is recorded first."""
+    shield = Shield()
+    by_kernel: dict[str, list[Target]] = {}
+    for target in targets:
+        by_kernel.setdefault(_kernel(target), []).append(target)
+    for group in by_kernel.values():
+        cpus = sorted({c for t in group for c in t.cpu_set})
+        head = group[0]
+        online = _online_cpus(head)
+        if not cpus or (online and set(cpus) >= online):
+            names = ", ".join(t.name for t in group)
+            say(f"shield: {names} use every CPU of their host ({format_cpuset(sorted(online))}): nothing to move "
+                "others to; measured unshielded (give them fewer CPUs with dlinfra_cpus to shield them)")  # fmt: skip
+            continue
+        if shield.claim is None:
+            shield.claim = claim(f"shield-{secrets.token_hex(4)}", KIND, key=head.name, ssh=asdict(head.ssh))
+        else:
+            shield.claim.add(KIND, key=head.name, ssh=asdict(head.ssh))
+        result = run_playbook(
+            PLAYBOOK, targets=[head], extravars=options.extravars(format_cpuset(cpus)), artifacts_dir=artifacts,
+            quiet=True,
+        )  # fmt: skip
+        result.raise_for_failure()
+        shield.hosts.append(head)
+        done = result.reports.get(head.name, {}).get("shield", {})
+        report = {"cpus": format_cpuset(cpus), **{k: done.get(k) for k in ("tasks_moved", "irqs_moved", "knobs")}}
+        for target in group:
+            shield.changed[target.name] = report
+        say(f"shield: {head.name}: CPU(s) {format_cpuset(cpus)} shielded ({done.get('tasks_moved', 0)} task(s), "
+            f"{done.get('irqs_moved', 0)} IRQ(s) moved; {len(done.get('knobs') or {})} knob(s) set)")  # fmt: skip
+    return shield
+
+
+def remove(shield: Shield, artifacts: Path) -> None:
+    """Restore every shielded host; the claim goes only once all are restored (else a sweep retries)."""
+    failures = []
+    for head in shield.hosts:
+        result = run_playbook(
+            PLAYBOOK, targets=[head], extravars={"measurement_shield_state": "absent"}, artifacts_dir=artifacts,
+            quiet=True,
+        )  # fmt: skip
+        if not result.ok:
+            failures.append(f"{head.name}: {result.failures[0] if result.failures else result.status}")
+    if failures:
+        raise DlinfraError(f"shield: could not restore {'; '.join(failures)}", "run 'dlinfra sweep' to try again")
+    if shield.claim is not None:
+        shield.claim.release()
+
+
+def sweep(label: str, entries: list[dict[str, Any]], report: SweepReport) -> None:
+    """Restore the hosts a dead run shielded (over SSH, host keys checked)."""
+    for entry in entries:
+        try:
+            endpoint = SshEndpoint(**entry["ssh"])
+        except (KeyError, TypeError) as exc:
+            report.error(f"run {label}: a shield entry it cannot read ({exc})")
+            continue
+        if report.dry_run:
+            report.add("shields", endpoint.where)
+            continue
+        inventory = {"all": {"hosts": {endpoint.name: endpoint.ansible_vars()}}}
+        try:
+            result = run_playbook(
+                PLAYBOOK, inventory=inventory, extravars={"measurement_shield_state": "absent"}, quiet=True
+            )
+        except DlinfraError as exc:
+            report.error(f"run {label}: shield on {endpoint.where}: {exc}")
+            continue
+        if result.ok:
+            report.add("shields", endpoint.where)
+        else:
+            why = result.failures[0] if result.failures else result.status
+            report.error(f"run {label}: shield on {endpoint.where}: {why}")
