@@ -154,8 +154,11 @@ def _dry_run(checked: RunInput) -> int:
         config = " ".join(f"{k}={v}" for k, v in sorted(c.items()) if k not in _OWN_COLUMNS)
         table.add_row(str(i), cell.layer, cell.provider, cell.workload, escape(str(hosts)), escape(config))
     console.print(table)
+    repeats = f"{spec.repeats} repeat(s) = {len(cells) * spec.repeats}"
+    if spec.adaptive is not None:
+        repeats = f"up to {spec.repeats} repeat(s) ({escape(str(spec.adaptive))}) = up to {len(cells) * spec.repeats}"
     console.print(
-        f"{len(cells)} cell(s) x {spec.repeats} repeat(s) = {len(cells) * spec.repeats} run(s) on inventory "
+        f"{len(cells)} cell(s) x {repeats} run(s) on inventory "
         f"{escape(str(checked.inventory_path))}; dry run: nothing was built, provisioned or stored"
     )
     return 0

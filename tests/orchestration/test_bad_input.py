@@ -54,6 +54,12 @@ def test_a_bad_interference_policy_names_its_field_or_variable(tmp_path: Path, i
     assert code == 2 and "spec.yml:7: interference.max_foreign_share: must be a number > 0 and <= 1" in err, err
     code, err = _run(tmp_path, good + "interference: {rerun: 2}\n")
     assert code == 2 and "unknown field 'rerun'" in err and "did you mean 'reruns'" in err, err
+    code, err = _run(tmp_path, good.replace("steps: 5", "steps: 5\nrepeats: {min: 5, max: 3, ci_pct: 2}"))
+    assert code == 2 and "repeats.max: must be >= min (5), got 3" in err, err
+    code, err = _run(tmp_path, good.replace("steps: 5", "steps: 5\nrepeats: {min: 3, max: 5}"))
+    assert code == 2 and "repeats: needs ci_pct too" in err, err
+    code, err = _run(tmp_path, good + "shield: {turbo: on}\n")
+    assert code == 2 and "shield.turbo: True is not one of off, keep" in err, err
     spec = tmp_path / "ok.yml"
     spec.write_text(good)
     proc = run_cli("run", str(spec), "--dry-run", env={"DLINFRA_MAX_FOREIGN_SHARE": "lots"}, timeout=120)
