@@ -88,6 +88,7 @@ bench: setup daemons openstack
 	DLINFRA_BENCH_FIGURES=$(BENCH_FIGURES) $(BIN)/python bench/payload_overhead.py || true
 	DLINFRA_BENCH_FIGURES=$(BENCH_FIGURES) $(BIN)/python bench/orchestration.py || true
 	DLINFRA_BENCH_FIGURES=$(BENCH_FIGURES) $(BIN)/python bench/campaign.py || true
+	DLINFRA_BENCH_FIGURES=$(BENCH_FIGURES) $(BIN)/python bench/fidelity.py || true
 	$(BIN)/python bench/openstack.py || true
 	DLINFRA_BENCH_FIGURES=$(BENCH_FIGURES) $(BIN)/python bench/suite.py $(DLINFRA_STAGES) || true
 	$(BIN)/python bench/figures.py $(BENCH_FIGURES)
