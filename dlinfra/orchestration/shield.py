@@ -21,6 +21,7 @@ from dlinfra.errors import DlinfraError
 from dlinfra.orchestration.ansible import run_playbook
 from dlinfra.orchestration.progress import say
 from dlinfra.orchestration.runs_registry import RunClaim, claim
+from dlinfra.orchestration.spec import ShieldOptions
 from dlinfra.payload.cpuset import format_cpuset, parse_cpuset
 from dlinfra.transport import SshEndpoint
 
@@ -33,24 +34,6 @@ KIND = "shield"
 PLAYBOOK = "shield.yml"
 #: The role's state file on the host (its default).
 STATE_FILE = "/var/lib/dlinfra/shield.json"
-
-
-@dataclass(frozen=True)
-class ShieldOptions:
-    """The spec's ``shield:`` (``true`` is all defaults)."""
-
-    governor: str = "performance"
-    turbo: str = "off"
-    thp: str = ""
-
-    def extravars(self, cpus: str) -> dict[str, Any]:
-        return {
-            "measurement_shield_state": "present",
-            "measurement_shield_cpus": cpus,
-            "measurement_shield_governor": self.governor,
-            "measurement_shield_turbo": self.turbo,
-            "measurement_shield_thp": self.thp,
-        }
 
 
 @dataclass

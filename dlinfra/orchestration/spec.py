@@ -39,7 +39,6 @@ from dlinfra.errors import SpecError
 from dlinfra.layers import LAYERS
 from dlinfra.orchestration import datasets as ds
 from dlinfra.orchestration.interference import DEFAULT_MAX_FOREIGN_SHARE, MAX_FOREIGN_SHARE_ENV, InterferencePolicy
-from dlinfra.orchestration.shield import ShieldOptions
 from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
 from dlinfra.payload.params import MODES, PARAM, PARAMS, Param
 from dlinfra.safe_yaml import dotted, excerpt, plain
@@ -164,6 +163,24 @@ class WorkloadSpec:
     zips: list[list[str]] = field(default_factory=list)
     #: Partial combinations to skip: a point matching every key of one (a list value: any of it) is left out.
     exclude: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ShieldOptions:
+    """The spec's ``shield:`` (``true`` is all defaults): the role measurement_shield's knobs (:mod:`.shield`)."""
+
+    governor: str = "performance"
+    turbo: str = "off"
+    thp: str = ""
+
+    def extravars(self, cpus: str) -> dict[str, Any]:
+        return {
+            "measurement_shield_state": "present",
+            "measurement_shield_cpus": cpus,
+            "measurement_shield_governor": self.governor,
+            "measurement_shield_turbo": self.turbo,
+            "measurement_shield_thp": self.thp,
+        }
 
 
 @dataclass(frozen=True)
