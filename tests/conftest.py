@@ -20,8 +20,10 @@ pytest 9.2, whose node ids it can no longer rewrite.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import support
@@ -45,15 +47,64 @@ def work_unit(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+#: Seconds each unit of work took in a full run (``make test`` writes ``artifacts/test-durations.json``; copy it
+#: here when units change much): the scheduler hands out the longest first, so that no long unit starts last
+#: and leaves one worker idle at the end. A unit not listed counts 5 s per test.
+DURATIONS = Path(__file__).with_name("durations.json")
+#: Where a run writes what each unit took (the file above's next version).
+MEASURED = support.REPO / "artifacts" / "test-durations.json"
+
+
+def _expected_seconds(units: dict[str, list[str]]) -> dict[str, float]:
+    try:
+        known = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        known = {}
+    return {unit: float(known.get(unit, 5.0 * len(tests))) for unit, tests in units.items()}
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """xdist's scope scheduler with :func:`work_unit` as the scope; largest unit first (``--loadscope-reorder``)."""
+    """xdist's scope scheduler with :func:`work_unit` as the scope, the longest unit (:data:`DURATIONS`) first."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByUnit(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
+        def schedule(self) -> None:
+            if self.collection is None and self.collection_is_completed:
+                # xdist keeps the collection's order when it does not reorder: give it the longest units first.
+                some = next(iter(self.registered_collections.values()), [])
+                units: dict[str, list[str]] = {}
+                for nodeid in some:
+                    units.setdefault(work_unit(nodeid), []).append(nodeid)
+                seconds = _expected_seconds(units)
+                order = sorted(units, key=lambda unit: -seconds[unit])
+                ordered = [nodeid for unit in order for nodeid in units[unit]]
+                for node, collection in self.registered_collections.items():
+                    if list(collection) == list(some):
+                        self.registered_collections[node] = ordered
+                config.option.loadscopereorder = False
+            super().schedule()
+
     return ByUnit(config, log)
+
+
+_DURATIONS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each test's setup, call and teardown time, by unit (the controller process sees every worker's)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        unit = work_unit(report.nodeid)
+        _DURATIONS[unit] = _DURATIONS.get(unit, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _DURATIONS and not os.environ.get("PYTEST_XDIST_WORKER") and len(_DURATIONS) > 20:  # a full run, not one file
+        MEASURED.parent.mkdir(parents=True, exist_ok=True)
+        previous = json.loads(MEASURED.read_text()) if MEASURED.is_file() else {}
+        MEASURED.write_text(json.dumps({**previous, **{k: round(v, 1) for k, v in _DURATIONS.items()}}, indent=1))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -18,9 +18,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from dlinfra.cache import building, cache_dir, keep_recent
+from dlinfra.cache import build_once, cache_dir, keep_recent
 from dlinfra.errors import DlinfraError
 from dlinfra.images.deps_archive import PROBE, DepsArchive, build_deps_archive, install_own_wheel
 from dlinfra.images.rootfs import RootfsSpec, build_rootfs, rootfs_key
@@ -339,13 +339,26 @@ def build_guest_image(
     if docker_image is not None:
         inputs["docker_image"] = docker_image[1]
     out_dir = cache_dir("guest-image", inputs)
-    manifest = out_dir / "manifest.json"
-    if manifest.exists():
-        return _load(out_dir)
+    build_once(
+        out_dir, "manifest.json", lambda: _build(out_dir, inputs, rootfs_spec, payload, user, docker_image, disk_gib)
+    )
+    return _load(out_dir)
+
+
+def _build(
+    out_dir: Path,
+    inputs: dict[str, Any],
+    rootfs_spec: RootfsSpec,
+    payload: Wheelhouse | None,
+    user: str,
+    docker_image: tuple[Path, str] | None,
+    disk_gib: int,
+) -> None:
+    """Build the image into ``out_dir`` (under :func:`~dlinfra.cache.build_once`'s lock: one builder at a time)."""
     tarball = build_rootfs(rootfs_spec)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with building(), tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}-build-") as tmp:
+    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}-build-") as tmp:
         work = Path(tmp)
         root = work / "root"
         root.mkdir()
@@ -393,12 +406,7 @@ def build_guest_image(
                 sort_keys=True,
             )
         )
-        try:
-            stage.rename(out_dir)  # atomic: a half-built image is never seen as cached
-        except OSError:
-            if not manifest.exists():  # someone else won the race: use theirs
-                raise
-    return _load(out_dir)
+        stage.rename(out_dir)  # atomic: a half-built image is never seen as cached
 
 
 #: Guest images kept in the cache (each a few GB): this payload's, with and without the ctr-vm image, and one more.
