@@ -728,7 +728,8 @@ class _Attempts:
             self.save(cell, repeat, run, verdict)
             if run.status != "ok" or not verdict.contaminated or stop.is_set():
                 return run, verdict
-            self.result.contaminated_attempts += 1
+            if attempt < reruns:  # this one is history now: the next attempt replaces it
+                self.result.contaminated_attempts += 1
         busy = sorted(set(cell.targets) - self.result.busy_hosts)
         if busy:
             self.result.busy_hosts.update(busy)
