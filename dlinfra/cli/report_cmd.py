@@ -79,6 +79,11 @@ VIEWS = (
     "is built only when named here.",
 )
 @click.option(
+    "--full-config",
+    is_flag=True,
+    help="In the terminal's first table, every config key (by default: what tells a workload's configs apart).",
+)
+@click.option(
     "--include-contaminated",
     is_flag=True,
     help="Keep the runs of contaminated attempts (other programs took more of their CPUs than the campaign's "
@@ -99,6 +104,7 @@ def report(
     seed: int,
     statistic: str,
     include_contaminated: bool,
+    full_config: bool,
 ) -> None:
     """Compare the layers of a campaign: median, IQR and CV per layer, overhead
     against the baseline with a bootstrap 95% CI and a verdict, scaling,
@@ -119,6 +125,7 @@ def report(
             series=view == "series",
             include_contaminated=include_contaminated,
         )
+    result.extra["full_config"] = full_config
     if not emit_report(result, fmt, out, view):
         return
     err_console.print(

@@ -52,6 +52,51 @@ def format_value(column: str, value: Any) -> str:
     return str(value)
 
 
+def short_config_labels(configs: list[str], most: int = 40) -> list[str]:
+    """Config labels without the ``k=v`` pairs they all share: what tells them apart, at most ``most`` characters."""
+    tokens = [c.split() for c in configs]
+    common = set.intersection(*(set(t) for t in tokens)) if len(tokens) > 1 else set()
+    labels = [" ".join(t for t in ts if t not in common) or "-" for ts in tokens]
+    return [label if len(label) <= most else label[: most - 1] + "…" for label in labels]
+
+
+def workload_config_labels(frame: pd.DataFrame, most: int = 22) -> list[str]:
+    """Each row's config as short as it can be within its workload: the keys that differ between the
+    workload's configs, or the whole label (cut to ``most``) when it has one config."""
+    labels = list(frame["config"])
+    for _, group in frame.groupby("workload", sort=False):
+        distinct = list(dict.fromkeys(group["config"]))
+        short = dict(zip(distinct, short_config_labels(distinct, most) if len(distinct) > 1 else
+                         [c if len(c) <= most else c[: most - 1] + "…" for c in distinct], strict=True))  # fmt: skip
+        for position, config in zip(frame.index.get_indexer(group.index), group["config"], strict=True):
+            labels[position] = short[config]
+    return labels
+
+
+#: The first table's columns in the terminal: what a reader needs to read a verdict, in 100 columns. The CSV,
+#: JSON, Markdown and HTML keep every column (IQR, CV, the interval's ends, flags); the warnings below the
+#: tables name each flagged row.
+COMPACT_OVERHEAD = ["workload", "config", "layer", "runs", "median", "overhead % ± CI", "verdict"]
+
+
+def compact_overhead(frame: pd.DataFrame, full_config: bool = False) -> pd.DataFrame:
+    """The overhead view for a terminal: short config labels (the keys that differ within each workload; all
+    of them with ``full_config``), the overhead with its interval's half-width (the smallest effect the
+    repeats can tell)."""
+    out = frame.copy()
+    if not full_config:
+        out["config"] = workload_config_labels(out)
+    out["overhead % ± CI"] = [
+        "-" if _missing(p) else f"{p:+.1f}" + ("" if _missing(h) else f" ± {h:.1f}")
+        for p, h in zip(out["overhead_pct"], out["detectable_pct"], strict=True)
+    ]
+    return out[COMPACT_OVERHEAD]
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def shown_columns(name: str, frame: pd.DataFrame) -> list[str]:
     return [c for c in frame.columns if c not in HIDDEN.get(name, ())]
 
@@ -87,6 +132,13 @@ def compact_series(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def text_frame(name: str, frame: pd.DataFrame) -> pd.DataFrame:
-    """What a human-facing format shows of a view: the view itself, the series compacted."""
-    return compact_series(frame) if name == "series" and not frame.empty else frame
+def text_frame(name: str, frame: pd.DataFrame, terminal: bool = False, full_config: bool = False) -> pd.DataFrame:
+    """What a human-facing format shows of a view: the view itself, the series compacted; in a terminal, the
+    overhead view compacted too (:func:`compact_overhead`)."""
+    if frame.empty:
+        return frame
+    if name == "series":
+        return compact_series(frame)
+    if name == "overhead" and terminal:
+        return compact_overhead(frame, full_config)
+    return frame

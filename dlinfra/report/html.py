@@ -18,7 +18,14 @@ matplotlib.use("Agg")  # never a display; set before pyplot is imported
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from dlinfra.report.display import EMPTY, format_value, shown_columns, text_frame
+from dlinfra.report.display import (
+    EMPTY,
+    format_value,
+    short_config_labels,
+    shown_columns,
+    text_frame,
+    workload_config_labels,
+)
 from dlinfra.report.model import VIEW_TITLES, Report
 
 #: Most bars/boxes per plot; larger campaigns get the first ones and a note.
@@ -51,14 +58,6 @@ def _colors(layers: list[str]) -> dict[str, str]:
     return {layer: palette.get(layer) or next(extra, "#999999") for layer in layers}
 
 
-def _short_labels(configs: list[str]) -> list[str]:
-    """Config labels without the ``k=v`` pairs they all share (those are in the caption's table)."""
-    tokens = [c.split() for c in configs]
-    common = set.intersection(*(set(t) for t in tokens)) if len(tokens) > 1 else set()
-    labels = [" ".join(t for t in ts if t not in common) or "-" for ts in tokens]
-    return [label if len(label) <= 40 else label[:37] + "..." for label in labels]
-
-
 def throughput_plots(report: Report) -> list[tuple[str, str]]:
     """Per workload: the metric's mean per layer and config, with 95% t-interval bars."""
     frame = report.views["overhead"]
@@ -84,7 +83,7 @@ def throughput_plots(report: Report) -> list[tuple[str, str]]:
                 err_hi.append(0 if math.isnan(hi) else hi - r["mean"])
             ax.bar(xs, ys, width=width, color=colors[layer], label=layer, yerr=[err_lo, err_hi], capsize=3)
         ax.set_xticks(range(len(configs)))
-        ax.set_xticklabels(_short_labels(configs), rotation=20, ha="right", fontsize=7)
+        ax.set_xticklabels(short_config_labels(configs), rotation=20, ha="right", fontsize=7)
         ax.set_ylabel(f"{report.metric} ({report.unit})")
         ax.set_title(f"{workload}: mean {report.metric} per layer, 95% CI")
         ax.legend(fontsize=8)
@@ -191,12 +190,17 @@ def _table(name: str, frame: pd.DataFrame) -> str:
     columns = shown_columns(name, frame)
     numeric = {c: pd.api.types.is_numeric_dtype(frame[c]) for c in columns}
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    # The first table's configs: what tells them apart, the whole config one click away.
+    short = workload_config_labels(frame) if name == "overhead" and not frame.empty else None
     body = []
-    for row in frame[columns].itertuples(index=False):
+    for i, row in enumerate(frame[columns].itertuples(index=False)):
         cells = []
         for c, v in zip(columns, row, strict=True):
             text = format_value(c, v)
             cls = ' class="num"' if numeric[c] else (f' class="{escape(text)}"' if c == "verdict" else "")
+            if c == "config" and short is not None and short[i] != text:
+                cells.append(f"<td><details><summary>{escape(short[i])}</summary>{escape(text)}</details></td>")
+                continue
             cells.append(f"<td{cls}>{escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

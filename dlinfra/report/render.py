@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -37,13 +38,19 @@ def render_table(report: Report, width: int | None = None) -> str:
     console = Console(file=io.StringIO(), width=width or 400, record=True, color_system=None, soft_wrap=False)
     console.print(report.title, markup=False)
     console.print(report.subtitle, markup=False)
+    full_config = bool(report.extra.get("full_config"))
     for name, frame in _views(report):
-        frame = text_frame(name, frame)
+        frame = text_frame(name, frame, terminal=True, full_config=full_config)
         if frame.empty:
             if name in EMPTY:
                 console.print(f"\n{VIEW_TITLES[name]}: {EMPTY[name]}", markup=False)
             continue
         table = Table(title=VIEW_TITLES[name], title_justify="left")
+        if name == "overhead":  # the first table: it must read in a 100-column terminal
+            table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
+            if not full_config:
+                table.caption = "config: what tells a workload's configs apart (--full-config: all of it)"
+                table.caption_justify = "left"
         for column in shown_columns(name, frame):
             numeric = pd.api.types.is_numeric_dtype(frame[column])
             table.add_column(column, justify="right" if numeric else "left", no_wrap=True)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pandas as pd
 from report.resultsets import draws, ten_percent_slower
 
 from dlinfra.report.build import build_report
-from dlinfra.report.display import format_value, shown_columns
+from dlinfra.report.display import COMPACT_OVERHEAD, compact_overhead, format_value, shown_columns
 from dlinfra.report.render import render, report_from_json
 
 
@@ -50,7 +51,22 @@ def _markdown_rows(text: str, title: str) -> tuple[list[str], list[list[str]]]:
     return table[0], table[2:]
 
 
+def _compact_rows(text: str, title: str) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the terminal's first table (no vertical rules: cells are 2+ spaces apart)."""
+    lines = [line.strip() for line in text.splitlines()]
+    body = lines[lines.index(title) + 1 :]
+    body = body[next(i for i, line in enumerate(body) if line) :]  # the header, after the title's blank line
+    header, rows = re.split(r"\s{2,}", body[0]), []
+    for line in body[2:]:
+        if not line:
+            break
+        rows.append(re.split(r"\s{2,}", line))
+    return header, rows
+
+
 def test_table_markdown_and_csv_agree(store, campaign):
+    """Markdown carries every column as CSV has it; the terminal's first table is those numbers, compacted to
+    read in 100 columns (short configs, the overhead with its interval's half-width)."""
     report = _report(store, campaign)
     frame = report.views["overhead"]
     columns = shown_columns("overhead", frame)
@@ -60,13 +76,27 @@ def test_table_markdown_and_csv_agree(store, campaign):
         [format_value(c, v) for c, v in zip(columns, row, strict=True)]
         for row in csv[columns].astype(object).where(csv[columns].notna(), None).itertuples(index=False)
     ]
-    t_header, t_rows = _table_rows(render(report, "table"), "Overhead against the baseline")
     m_header, m_rows = _markdown_rows(render(report, "markdown"), "Overhead against the baseline")
-    assert t_header == m_header == columns
+    assert m_header == columns
     # CSV reads empty strings back as NaN: the renderers show '-' for both.
     normalise = [[("-" if v in ("", "nan") else v) for v in row] for row in expected]
-    assert t_rows == m_rows == normalise
-    assert len(t_rows) == len(frame) == 6
+    assert m_rows == normalise and len(m_rows) == len(frame) == 6
+    text = render(report, "table", width=100)
+    lines = [line.rstrip() for line in text.splitlines()]
+    first = lines.index("Overhead against the baseline")
+    assert max(len(line) for line in lines[first : first + 12]) <= 100, "\n".join(lines[first : first + 12])
+    t_header, t_rows = _compact_rows(text, "Overhead against the baseline")
+    compact = compact_overhead(frame)
+    assert t_header == COMPACT_OVERHEAD
+    assert t_rows == [[format_value(c, v) for c, v in zip(COMPACT_OVERHEAD, row, strict=True)]
+                      for row in compact.itertuples(index=False)]  # fmt: skip
+    slower = compact[compact["layer"] == "vm"]["overhead % ± CI"].iloc[0]
+    point, half = frame.loc[frame["layer"] == "vm", ["overhead_pct", "detectable_pct"]].iloc[0]
+    assert slower == f"{point:+.1f} ± {half:.1f}"
+    full = report
+    full.extra["full_config"] = True
+    _, rows = _compact_rows(render(full, "table", width=400), "Overhead against the baseline")
+    assert {row[1] for row in rows} == set(frame["config"])
 
 
 def test_csv_keeps_full_precision_and_flags(store, campaign):
