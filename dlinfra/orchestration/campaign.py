@@ -662,12 +662,13 @@ def _run_cells(
 
 def _precise_enough(spec: CampaignSpec, store: ResultsStore, cid: str, ran: int, result: CampaignResult) -> bool:
     """With ``repeats: {min, max, ci_pct}``, once ``ran`` repeats are stored (at least ``min``): whether every
-    compared cell's CI half-width is within ``ci_pct`` (the campaign stops, saying so), or, at ``max``, how far
-    the widest one is. Always False without the rule."""
+    compared cell's CI half-width (every cell's, in a campaign without comparisons) is within ``ci_pct`` (the
+    campaign stops, saying so), or, at ``max``, how far the widest one is. Always False without the rule."""
     rule = spec.adaptive
     if rule is None or ran < rule.min:
         return False
     widths = campaign_precision(store, cid, baseline="bm")
+    widths = [p for p in widths if p.compared] or widths  # the comparisons, where the campaign has some
     widest = max(widths, key=lambda p: math.inf if math.isnan(p.half_width_pct) else p.half_width_pct, default=None)
     if widest is not None and not math.isnan(widest.half_width_pct) and widest.half_width_pct <= rule.ci_pct:
         result.stopping = f"stopped after {ran} repeats: every CI half-width <= {rule.ci_pct:g}% (widest: {widest})"

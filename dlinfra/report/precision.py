@@ -27,6 +27,8 @@ class Precision:
     runs: int
     #: The 95% CI half-width in percent; NaN with fewer than 2 runs on a side.
     half_width_pct: float
+    #: Whether it is an overhead against the baseline (else the interval of a mean).
+    compared: bool = False
 
     def __str__(self) -> str:
         width = "no interval yet" if math.isnan(self.half_width_pct) else f"+-{self.half_width_pct:.1f}%"
@@ -51,7 +53,8 @@ def precision(values: pd.DataFrame, baseline: str, metric: Metric) -> list[Preci
         base = group.loc[group["layer"] == baseline, "value"]
         for layer, mine in group.groupby("layer", sort=True):
             against = base if layer != baseline and len(base) else None
-            out.append(Precision(workload, config, str(layer), len(mine), half_width(against, mine["value"], metric)))
+            width = half_width(against, mine["value"], metric)
+            out.append(Precision(workload, config, str(layer), len(mine), width, against is not None))
     return out
 
 
@@ -59,6 +62,8 @@ def campaign_precision(store: ResultsStore, campaign_id: str, baseline: str = "b
     """:func:`precision` of a stored campaign's clean runs: throughput where the workload records it, else
     elapsed time (sysbench, kernels)."""
     runs, _, _ = leave_out_contaminated(load_runs(store, campaign_id))
+    if not runs.empty:
+        runs = runs[~runs["emulated"]]  # an emulated guest is never compared: its precision cannot stop a campaign
     if runs.empty:
         return []
     found = []

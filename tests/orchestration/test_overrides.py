@@ -40,7 +40,7 @@ def test_set_overrides_fields_before_validation() -> None:
     assert spec.layer_options["vm"]["vcpus"] == 4
     assert spec.workloads[0].matrix["batch_size"] == [16, 32]
     assert spec.raw["steps"] == 10000  # what is stored with the campaign is what ran
-    assert load_spec(DEMO).steps == 30  # the file itself is unchanged
+    assert load_spec(DEMO).steps == 300  # the file itself is unchanged
 
 
 @pytest.mark.parametrize(
@@ -67,8 +67,9 @@ def test_dry_run_lists_the_cells_and_touches_nothing(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
     first = [r for r in rows if r.split("│")[1].strip()]  # a wrapped row continues with an empty '#' column
-    assert len(first) == 8  # mnist-dnn single x 2 batch sizes on bm, ctr and vm; ps-async on bm; sysbench
-    assert any("│ vm " in r and "│ libvirt " in r and "batch_size=32" in r for r in rows)
+    assert len(first) == 8  # mnist-dnn single x 2 batch sizes on bm and ctr; sysbench on bm, ctr, vm; ps-async
+    assert any("│ ctr " in r and "│ docker " in r and "batch_size=32" in r for r in rows)
+    assert any("│ vm " in r and "│ libvirt " in r and "sysbench-cpu" in r for r in rows)
     assert "8 cell(s) x 3 repeat(s) = 24 run(s)" in result.stdout
     assert "nothing was built, provisioned or stored" in result.stdout
     assert list(tmp_path.iterdir()) == []  # no store, no artifacts folder
