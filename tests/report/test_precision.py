@@ -20,7 +20,9 @@ def test_a_compared_cell_is_as_precise_as_its_overhead_interval_a_lone_one_as_it
     c.add("bm", bm)
     c.add("ctr", ctr)
     c.add("ctr", [500.0], extra={"batch_size": 32})  # one run, no baseline: no interval yet
-    widths = {(p.layer, p.runs): p.half_width_pct for p in campaign_precision(store, "p1")}
+    found = campaign_precision(store, "p1")
+    widths = {(p.layer, p.runs): p.half_width_pct for p in found}
+    assert {(p.layer, p.runs) for p in found if p.compared} == {("ctr", 6)}  # what the stopping rule judges
     _, low, high = stats.overhead_ci(np.array(bm), np.array(ctr), True)
     assert widths[("ctr", 6)] == pytest.approx((high - low) / 2)
     low, high = stats.mean_ci(np.array(bm))
