@@ -92,10 +92,13 @@ def apply(targets: list[Target], options: ShieldOptions, artifacts: Path) -> Shi
         shield.hosts.append(head)
         done = result.reports.get(head.name, {}).get("shield", {})
         report = {"cpus": format_cpuset(cpus), **{k: done.get(k) for k in ("tasks_moved", "irqs_moved", "knobs")}}
+        report["missing"] = done.get("missing") or []
         for target in group:
             shield.changed[target.name] = report
-        say(f"shield: {head.name}: CPU(s) {format_cpuset(cpus)} shielded ({done.get('tasks_moved', 0)} task(s), "
-            f"{done.get('irqs_moved', 0)} IRQ(s) moved; {len(done.get('knobs') or {})} knob(s) set)")  # fmt: skip
+        missing = f"; this host has no {', '.join(report['missing'])}" if report["missing"] else ""
+        moved = f"{done.get('tasks_moved', 0)} task(s), {done.get('irqs_moved', 0)} IRQ(s) moved"
+        say(f"shield: {head.name}: CPU(s) {format_cpuset(cpus)} shielded ({moved}; {len(done.get('knobs') or {})} "
+            f"knob(s) set{missing})")  # fmt: skip
     return shield
 
 

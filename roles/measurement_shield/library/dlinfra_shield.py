@@ -59,7 +59,8 @@ author: dlinfra
 RETURN = r"""
 tasks_moved: {description: Tasks (threads) moved off the shielded CPUs, or given back, type: int, returned: always}
 irqs_moved: {description: IRQs moved off the shielded CPUs, or given back, type: int, returned: always}
-knobs: {description: "Each knob: old and new value, or absent where the host has none", type: dict, returned: always}
+knobs: {description: "Each knob changed (its sysfs path): old and new value", type: dict, returned: always}
+missing: {description: The knobs asked for that this host does not have, type: list, returned: present}
 """
 
 SYS_CPU = Path("/sys/devices/system/cpu")
@@ -107,26 +108,33 @@ def _threads() -> list[str]:
     return found
 
 
-def _knobs(cpus: set[int], governor: str, turbo: str, thp: str) -> dict[str, tuple[str, str]]:
-    """path -> (old, new) of every knob this host has and the settings change."""
+def _knobs(cpus: set[int], governor: str, turbo: str, thp: str) -> tuple[dict[str, tuple[str, str]], list[str]]:
+    """path -> (old, new) of every knob this host has and the settings change; and the knobs asked for that
+    this host does not have (a guest has no cpufreq; a sandbox may hide all of them)."""
     wanted: dict[str, tuple[str, str]] = {}
+    missing: list[str] = []
     if governor:
         for cpu in sorted(cpus):
             path = SYS_CPU / f"cpu{cpu}" / "cpufreq" / "scaling_governor"
             old = _read(path)
             if old is not None:
                 wanted[str(path)] = (old, governor)
+        if not wanted:
+            missing.append("governor (no cpufreq)")
     if turbo == "off":
-        for path, off in TURBO:
-            old = _read(path)
-            if old is not None:
-                wanted[str(path)] = (old, off)
-                break
+        found = [(path, off, _read(path)) for path, off in TURBO]
+        path, off, old = next(((p, o, v) for p, o, v in found if v is not None), (None, "", None))
+        if path is None or old is None:
+            missing.append("turbo (no intel_pstate/no_turbo or cpufreq/boost)")
+        else:
+            wanted[str(path)] = (old, off)
     if thp:
         text = _read(THP)
         if text is not None and "[" in text:
             wanted[str(THP)] = (text.split("[", 1)[1].split("]", 1)[0], thp)
-    return wanted
+        else:
+            missing.append("transparent huge pages")
+    return wanted, missing
 
 
 def shield(module: AnsibleModule, state_file: Path) -> dict:
@@ -147,7 +155,8 @@ def shield(module: AnsibleModule, state_file: Path) -> dict:
                 msg=f"{state_file}: the host is shielded with other settings {held.get('settings')}; "
                 "remove that shield first (state absent)"
             )
-        return {"changed": False, "tasks_moved": 0, "irqs_moved": 0, "knobs": held.get("knobs", {})}
+        return {"changed": False, "tasks_moved": 0, "irqs_moved": 0, "knobs": held.get("knobs", {}),
+                "missing": held.get("missing", [])}  # fmt: skip
     tasks: dict[str, list] = {}
     for tid in _threads():
         try:
@@ -161,11 +170,12 @@ def shield(module: AnsibleModule, state_file: Path) -> dict:
         mask_text = _read(irq / "smp_affinity_list")
         if mask_text and parse_cpus(mask_text) & cpus:
             irqs[irq.name] = mask_text
-    knobs = _knobs(cpus, p["governor"], p["turbo"], p["thp"])
-    record = {"settings": settings, "others": sorted(others), "tasks": tasks, "irqs": irqs,
+    knobs, missing = _knobs(cpus, p["governor"], p["turbo"], p["thp"])
+    record = {"settings": settings, "others": sorted(others), "tasks": tasks, "irqs": irqs, "missing": missing,
               "knobs": {k: {"old": old, "new": new} for k, (old, new) in knobs.items()}}  # fmt: skip
     if module.check_mode:
-        return {"changed": True, "tasks_moved": len(tasks), "irqs_moved": len(irqs), "knobs": record["knobs"]}
+        return {"changed": True, "tasks_moved": len(tasks), "irqs_moved": len(irqs), "knobs": record["knobs"],
+                "missing": missing}  # fmt: skip
     state_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     partial = state_file.with_suffix(".partial")
     partial.write_text(json.dumps(record))
@@ -179,7 +189,13 @@ def shield(module: AnsibleModule, state_file: Path) -> dict:
                      for irq in irqs)  # fmt: skip
     for path, (_old, new) in knobs.items():
         _write(Path(path), new)
-    return {"changed": True, "tasks_moved": moved, "irqs_moved": irqs_moved, "knobs": record["knobs"]}
+    return {
+        "changed": True,
+        "tasks_moved": moved,
+        "irqs_moved": irqs_moved,
+        "knobs": record["knobs"],
+        "missing": missing,
+    }
 
 
 def unshield(module: AnsibleModule, state_file: Path) -> dict:
