@@ -66,12 +66,22 @@ def _online_cpus(target: Target) -> set[int]:
 
 
 def apply(targets: list[Target], options: ShieldOptions, artifacts: Path) -> Shield:
-    """Shield every kernel of ``targets`` (bare-metal ones) on its targets' CPUs; the shield is recorded first."""
+    """Shield every kernel of ``targets`` (bare-metal ones) on its targets' CPUs; the shield is recorded first.
+    When one host fails, the hosts shielded before it are restored, and the error names it."""
     shield = Shield()
     by_kernel: dict[str, list[Target]] = {}
     for target in targets:
         by_kernel.setdefault(_kernel(target), []).append(target)
-    for group in by_kernel.values():
+    try:
+        _apply(shield, list(by_kernel.values()), options, artifacts)
+    except BaseException:
+        remove(shield, artifacts)  # a failed playbook changed nothing it had not recorded: absent restores it
+        raise
+    return shield
+
+
+def _apply(shield: Shield, groups: list[list[Target]], options: ShieldOptions, artifacts: Path) -> None:
+    for group in groups:
         cpus = sorted({c for t in group for c in t.cpu_set})
         head = group[0]
         online = _online_cpus(head)
@@ -88,8 +98,8 @@ def apply(targets: list[Target], options: ShieldOptions, artifacts: Path) -> Shi
             PLAYBOOK, targets=[head], extravars=options.extravars(format_cpuset(cpus)), artifacts_dir=artifacts,
             quiet=True,
         )  # fmt: skip
+        shield.hosts.append(head)  # restored by remove() even when this playbook failed half-way
         result.raise_for_failure()
-        shield.hosts.append(head)
         done = result.reports.get(head.name, {}).get("shield", {})
         report = {"cpus": format_cpuset(cpus), **{k: done.get(k) for k in ("tasks_moved", "irqs_moved", "knobs")}}
         report["missing"] = done.get("missing") or []
@@ -99,7 +109,6 @@ def apply(targets: list[Target], options: ShieldOptions, artifacts: Path) -> Shi
         moved = f"{done.get('tasks_moved', 0)} task(s), {done.get('irqs_moved', 0)} IRQ(s) moved"
         say(f"shield: {head.name}: CPU(s) {format_cpuset(cpus)} shielded ({moved}; {len(done.get('knobs') or {})} "
             f"knob(s) set{missing})")  # fmt: skip
-    return shield
 
 
 def remove(shield: Shield, artifacts: Path) -> None:
