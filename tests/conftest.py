@@ -72,20 +72,33 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             return work_unit(nodeid)
 
         def schedule(self) -> None:
-            if self.collection is None and self.collection_is_completed:
-                # xdist keeps the collection's order when it does not reorder: give it the longest units first.
-                some = next(iter(self.registered_collections.values()), [])
-                units: dict[str, list[str]] = {}
-                for nodeid in some:
-                    units.setdefault(work_unit(nodeid), []).append(nodeid)
-                seconds = _expected_seconds(units)
-                order = sorted(units, key=lambda unit: -seconds[unit])
-                ordered = [nodeid for unit in order for nodeid in units[unit]]
-                for node, collection in self.registered_collections.items():
-                    if list(collection) == list(some):
-                        self.registered_collections[node] = ordered
-                config.option.loadscopereorder = False
-            super().schedule()
+            """xdist's own, but for the order of the work queue: the longest unit first. (Reordering the
+            collection instead would not do: the workers run tests by their index in their own collection.)"""
+            if self.collection is not None or not self.collection_is_completed:
+                return super().schedule()
+            if not self._check_nodes_have_same_collection():
+                self.log("**Different tests collected, aborting run**")
+                return None
+            self.collection = list(next(iter(self.registered_collections.values())))
+            if not self.collection:
+                return None
+            units: dict[str, dict[str, bool]] = {}
+            for nodeid in self.collection:
+                units.setdefault(self._split_scope(nodeid), {})[nodeid] = False
+            seconds = _expected_seconds({unit: list(tests) for unit, tests in units.items()})
+            for unit in sorted(units, key=lambda unit: -seconds[unit]):
+                self.workqueue[unit] = units[unit]
+            for _ in range(max(0, len(self.nodes) - len(self.workqueue))):  # more workers than work
+                unused, _assigned = self.assigned_work.popitem()
+                unused.shutdown()
+            for node in self.nodes:
+                self._assign_work_unit(node)
+            for node in self.nodes:
+                self._reschedule(node)
+            if not self.workqueue:
+                for node in self.nodes:
+                    node.shutdown()
+            return None
 
     return ByUnit(config, log)
 
