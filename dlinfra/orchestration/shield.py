@@ -47,6 +47,12 @@ class Shield:
     changed: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+def _where(target: Target) -> dict[str, Any]:
+    """What a sweep needs to reach the host as the campaign did: its SSH endpoint and the Python Ansible used
+    there (interpreter discovery's warnings would garble the module's answer)."""
+    return {"ssh": asdict(target.ssh), "python": target.ansible_vars().get("ansible_python_interpreter")}
+
+
 def _kernel(target: Target) -> str:
     link = target.transport()
     try:
@@ -91,9 +97,9 @@ def _apply(shield: Shield, groups: list[list[Target]], options: ShieldOptions, a
                 "others to; measured unshielded (give them fewer CPUs with dlinfra_cpus to shield them)")  # fmt: skip
             continue
         if shield.claim is None:
-            shield.claim = claim(f"shield-{secrets.token_hex(4)}", KIND, key=head.name, ssh=asdict(head.ssh))
+            shield.claim = claim(f"shield-{secrets.token_hex(4)}", KIND, key=head.name, **_where(head))
         else:
-            shield.claim.add(KIND, key=head.name, ssh=asdict(head.ssh))
+            shield.claim.add(KIND, key=head.name, **_where(head))
         result = run_playbook(
             PLAYBOOK, targets=[head], extravars=options.extravars(format_cpuset(cpus)), artifacts_dir=artifacts,
             quiet=True,
@@ -138,7 +144,11 @@ def sweep(label: str, entries: list[dict[str, Any]], report: SweepReport) -> Non
         if report.dry_run:
             report.add("shields", endpoint.where)
             continue
-        inventory = {"all": {"hosts": {endpoint.name: endpoint.ansible_vars()}}}
+        host_vars = endpoint.ansible_vars()  # never variables read from the file: a ProxyCommand would run here
+        python = entry.get("python")
+        if isinstance(python, str) and python.startswith("/") and not any(c.isspace() for c in python):
+            host_vars["ansible_python_interpreter"] = python
+        inventory = {"all": {"hosts": {endpoint.name: host_vars}}}
         try:
             result = run_playbook(
                 PLAYBOOK, inventory=inventory, extravars={"measurement_shield_state": "absent"}, quiet=True

@@ -118,6 +118,18 @@ def _thp() -> str | None:
     return path.read_text().split("[", 1)[1].split("]", 1)[0] if path.is_file() else None
 
 
+#: This machine as an Ansible host (the role's module runs here, as root).
+LOCAL = {"all": {"hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}
+
+
+def _restore_here(state_file: str | Path, artifacts: Path) -> None:
+    """The role's absent state on this machine: whatever a test did, the next tests get every CPU back."""
+    from dlinfra.orchestration.ansible import run_playbook
+
+    extravars = {"measurement_shield_state": "absent", "measurement_shield_state_file": str(state_file)}
+    run_playbook("shield.yml", inventory=LOCAL, extravars=extravars, artifacts_dir=artifacts, quiet=True)
+
+
 @pytest.mark.alone  # it moves every task of this machine off one CPU
 def test_the_shield_moves_a_hog_off_the_payloads_cpu_and_absent_restores_everything(tmp_path: Path) -> None:
     """Role measurement_shield on this machine: an unpinned hog is moved off the shielded CPU, and a payload pinned
@@ -130,9 +142,7 @@ def test_the_shield_moves_a_hog_off_the_payloads_cpu_and_absent_restores_everyth
         pytest.skip("a shield needs two CPUs: one for the payload, one for the rest")
     shielded = str(cpus[-1])
     state = tmp_path / "shield.json"
-    inventory = {
-        "all": {"hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}
-    }
+    inventory = LOCAL
     common = {"measurement_shield_state_file": str(state)}
     thp_before = _thp()
     thp = {"never": "madvise"}.get(thp_before or "", "never")
@@ -217,4 +227,4 @@ def test_a_shielded_campaign_killed_with_sigkill_is_restored_by_sweep(deployed, 
         hog.kill()
         hog.wait()
         if Path(STATE_FILE).exists():  # leave the machine as it was, whatever failed above
-            run_cli("sweep", timeout=300)
+            _restore_here(STATE_FILE, tmp_path / "restore")
