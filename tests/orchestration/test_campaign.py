@@ -106,8 +106,8 @@ def test_demo_campaign_rows_name_the_real_host(deployed, tmp_path: Path) -> None
     # The controller's wall time of each cell holds every process's elapsed time, in every mode.
     for c in cells:
         wall = (datetime.fromisoformat(c["ended_utc"]) - datetime.fromisoformat(c["started_utc"])).total_seconds()
-        sql = "SELECT elapsed_s FROM runs WHERE campaign_id = 'demo-it' AND cell_hash = ?"
-        elapsed = [r["elapsed_s"] for r in _rows(db, sql, c["cell_hash"])]
+        sql = "SELECT elapsed_s FROM runs WHERE campaign_id = 'demo-it' AND cell_hash = ? AND repeat = ?"
+        elapsed = [r["elapsed_s"] for r in _rows(db, sql, c["cell_hash"], c["repeat"])]
         assert elapsed and all(0 < e <= wall for e in elapsed), (c["workload"], wall, elapsed)
     runs = _rows(db, "SELECT * FROM runs WHERE campaign_id = 'demo-it'")
     # per repeat: 1 single mnist + chief/ps/2 workers + 1 sysbench

@@ -84,7 +84,7 @@ def test_a_hog_on_the_payloads_cpu_flags_reruns_then_calls_the_host_busy(deploye
 
 @pytest.mark.parametrize(
     ("ci_pct", "runs", "said"),
-    [(100, 2, "stopped after 2 repeats: every CI half-width <= 100%"), (0.001, 3, "reached max 3 repeats")],
+    [(500, 2, "stopped after 2 repeats: every CI half-width <= 500%"), (0.001, 3, "reached max 3 repeats")],
     ids=["target-met", "max-reached"],
 )
 def test_repeats_sized_by_the_noise_stop_at_the_target_or_at_max(
