@@ -188,7 +188,10 @@ def shield(module: AnsibleModule, state_file: Path) -> dict:
     irqs_moved = sum(_write(Path("/proc/irq") / irq / "smp_affinity_list", ",".join(map(str, sorted(others))))
                      for irq in irqs)  # fmt: skip
     for path, (_old, new) in knobs.items():
-        _write(Path(path), new)
+        if not _write(Path(path), new):  # read-only here (a container's sysfs): say so, nothing to restore
+            del record["knobs"][path]
+            missing.append(f"{path} (not writable)")
+    state_file.write_text(json.dumps(record))
     return {
         "changed": True,
         "tasks_moved": moved,
