@@ -85,6 +85,7 @@ def test_host_versus_bridge_network(engine: Engine, tiny, run_id: str) -> None:
     record = run_container(engine, ContainerSpec(f"dlinfra-{run_id}-b", tiny.tag, run_id, NetworkMode("bridge")))
     inside_host = set(_exec_json(engine, f"dlinfra-{run_id}-h", ADDRS)["addrs"])
     inside_bridge = set(_exec_json(engine, f"dlinfra-{run_id}-b", ADDRS)["addrs"])
+    host_ips &= _addresses_here()  # those there all along: the other worker's testbeds and guests come and go
     assert host_ips <= inside_host  # host networking: the host's own addresses
     bridge_ip = container_address(record, NetworkMode("bridge"), "unused")
     assert bridge_ip in inside_bridge and not (host_ips & inside_bridge)

@@ -84,7 +84,7 @@ def test_a_hog_on_the_payloads_cpu_flags_reruns_then_calls_the_host_busy(deploye
 
 @pytest.mark.parametrize(
     ("ci_pct", "runs", "said"),
-    [(500, 2, "stopped after 2 repeats: every CI half-width <= 500%"), (0.001, 3, "reached max 3 repeats")],
+    [(100, 3, "stopped after 3 repeats: every CI half-width <= 100%"), (0.001, 4, "reached max 4 repeats")],
     ids=["target-met", "max-reached"],
 )
 def test_repeats_sized_by_the_noise_stop_at_the_target_or_at_max(
@@ -94,7 +94,7 @@ def test_repeats_sized_by_the_noise_stop_at_the_target_or_at_max(
     spec = tmp_path / "adaptive.yml"
     spec.write_text(
         f"name: adaptive-it\ninventory: {deployed.bed.inventory}\nlayers: [bm]\ncell_timeout: 120\n"
-        f"repeats: {{min: 2, max: 3, ci_pct: {ci_pct}}}\n"
+        f"repeats: {{min: 3, max: 4, ci_pct: {ci_pct}}}\n"
         f"workloads:\n  - {{name: sysbench-cpu, hosts: [{host.name}], matrix: {{time: [1]}}}}\n"
     )
     db = tmp_path / "adaptive.db"
