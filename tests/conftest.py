@@ -5,17 +5,17 @@ OpenStack service); ``slow`` when it trains TensorFlow or takes more than a few 
 rest (the fast tier) with ``DLINFRA_TEST_TIER=fast``, where :func:`support.component` fails a test that reaches for
 a real component without its marker, so the markers cannot drift from what the tests do.
 
-Workers: ``make test`` runs both tiers on two pytest-xdist workers (``-n 2``): most of the suite keeps one core
-busy (one emulated guest, one Ansible run, one TensorFlow process) and the machine has two. Each worker has its
-own local testbed (:data:`support.TESTBED`). A test file is a unit of work, so that its module fixtures (a booted
-guest, a testbed) are made once, on one worker; :data:`UNITS` joins files that must not run beside each other:
-the ``openstack`` unit holds the tests that start the OpenStack services (fixed ports; a second stack would cost a
+Workers: ``make test`` runs both tiers on two pytest-xdist workers (``-n 2``): most of the suite keeps one core busy
+(one emulated guest, one Ansible run, one TensorFlow process) and the machine has two. Each worker has its own local
+testbed (:data:`support.TESTBED`). A test file is a unit of work, so that its module fixtures (a booted guest, a
+testbed) are made once, on one worker; :data:`UNITS` joins files that must not run beside each other: the
+``openstack`` unit holds the tests that start the OpenStack services (fixed ports; a second stack would cost a
 minute), the ``hypervisor`` unit the tests that boot guests under the machine's libvirtd (two emulated guests on 2
-cores stretch the boot bounds the tests assert, and two runs at once raced for one network of the pool: a
-product bug left for a later stop). The boot-reset tests' firewall rule drops their own /24 only. What needs the machine to itself (marker ``alone``: it compares measured speeds, or stops libvirtd) runs
-after the parallel part, one test after another. The grouping is this file's scheduler
-(:func:`pytest_xdist_make_scheduler`), by test path: xdist's own ``xdist_group`` marker does not group under
-pytest 9.2, whose node ids it can no longer rewrite.
+cores stretch the boot bounds the tests assert, and two runs at once raced for one network of the pool: a product
+bug left for a later stop). The boot-reset tests' firewall rule drops their own /24 only. What needs the machine to
+itself (marker ``alone``: it compares measured speeds, or stops libvirtd) runs after the parallel part, one test
+after another. The grouping is this file's scheduler (:func:`pytest_xdist_make_scheduler`), by test path: xdist's
+own ``xdist_group`` marker does not group under pytest 9.2, whose node ids it can no longer rewrite.
 """
 
 from __future__ import annotations
