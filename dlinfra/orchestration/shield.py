@@ -53,22 +53,16 @@ def _where(target: Target) -> dict[str, Any]:
     return {"ssh": asdict(target.ssh), "python": target.ansible_vars().get("ansible_python_interpreter")}
 
 
-def _kernel(target: Target) -> str:
+def _kernel(target: Target) -> tuple[str, set[int]]:
+    """The target's kernel (its boot id: testbed hosts that are slices of one machine share it) and its online
+    CPUs, in one round trip."""
     link = target.transport()
     try:
-        result = link.run(["cat", "/proc/sys/kernel/random/boot_id"], timeout=30)
+        result = link.run(["cat", "/proc/sys/kernel/random/boot_id", "/sys/devices/system/cpu/online"], timeout=30)
     finally:
         link.close()
-    return result.stdout.strip() if result.ok else target.name
-
-
-def _online_cpus(target: Target) -> set[int]:
-    link = target.transport()
-    try:
-        result = link.run(["cat", "/sys/devices/system/cpu/online"], timeout=30)
-    finally:
-        link.close()
-    return set(parse_cpuset(result.stdout.strip())) if result.ok else set()
+    lines = result.stdout.split() if result.ok else []
+    return (lines[0], set(parse_cpuset(lines[1]))) if len(lines) == 2 else (target.name, set())
 
 
 def apply(targets: list[Target], options: ShieldOptions, artifacts: Path) -> Shield:
@@ -76,21 +70,24 @@ def apply(targets: list[Target], options: ShieldOptions, artifacts: Path) -> Shi
     When one host fails, the hosts shielded before it are restored, and the error names it."""
     shield = Shield()
     by_kernel: dict[str, list[Target]] = {}
+    online: dict[str, set[int]] = {}
     for target in targets:
-        by_kernel.setdefault(_kernel(target), []).append(target)
+        kernel, online[kernel] = _kernel(target)
+        by_kernel.setdefault(kernel, []).append(target)
     try:
-        _apply(shield, list(by_kernel.values()), options, artifacts)
+        _apply(shield, [(group, online[kernel]) for kernel, group in by_kernel.items()], options, artifacts)
     except BaseException:
         remove(shield, artifacts)  # a failed playbook changed nothing it had not recorded: absent restores it
         raise
     return shield
 
 
-def _apply(shield: Shield, groups: list[list[Target]], options: ShieldOptions, artifacts: Path) -> None:
-    for group in groups:
+def _apply(
+    shield: Shield, groups: list[tuple[list[Target], set[int]]], options: ShieldOptions, artifacts: Path
+) -> None:
+    for group, online in groups:
         cpus = sorted({c for t in group for c in t.cpu_set})
         head = group[0]
-        online = _online_cpus(head)
         if not cpus or (online and set(cpus) >= online):
             names = ", ".join(t.name for t in group)
             say(f"shield: {names} use every CPU of their host ({format_cpuset(sorted(online))}): nothing to move "
