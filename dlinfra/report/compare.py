@@ -87,11 +87,8 @@ class Side:
         found = []
         for (workload, config, layer), group in self.values.groupby(["workload", "config_label", "layer"]):
             where = f"campaign {label} ({self.campaign_id})"
-            summary = stats.summarise(group["value"].to_numpy())
-            if not math.isnan(summary.cv_pct) and summary.cv_pct > stats.CV_LIMIT_PCT:
-                found.append(ReportWarning("high-cv", f"{where}: CV {summary.cv_pct:.0f}%", workload, config, layer))
-            if len(group) < stats.MIN_REPEATS:
-                found.append(ReportWarning("few-repeats", f"{where}: {len(group)} run(s)", workload, config, layer))
+            for code, message in stats.noise_flags(stats.summarise(group["value"].to_numpy())):
+                found.append(ReportWarning(code, f"{where}: {message}", workload, config, layer))
         if self.contaminated:
             share = f" (others took up to {self.worst_share:.0%} of their CPUs)" if self.worst_share is not None else ""
             found.append(

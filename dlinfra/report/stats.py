@@ -64,6 +64,17 @@ def summarise(values: np.ndarray) -> Summary:
     return Summary(int(x.size), float(med), float(q1), float(q3), float(x.mean()), std)
 
 
+def noise_flags(summary: Summary) -> list[tuple[str, str]]:
+    """(code, message) for what makes one layer's runs too few or too noisy to conclude much: the report's rows
+    and ``compare``'s sides say it alike."""
+    flags = []
+    if summary.n and summary.n < MIN_REPEATS:
+        flags.append(("few-repeats", f"only {summary.n} successful repeat(s); at least {MIN_REPEATS} are needed"))
+    if not math.isnan(summary.cv_pct) and summary.cv_pct > CV_LIMIT_PCT:
+        flags.append(("high-cv", f"CV {summary.cv_pct:.1f}% is above {CV_LIMIT_PCT:g}%"))
+    return flags
+
+
 def stable_seed(seed: int, *parts: object) -> int:
     """A per-group RNG seed that depends on the group, not on iteration order or PYTHONHASHSEED."""
     digest = hashlib.sha256(repr((seed, *parts)).encode()).digest()

@@ -102,10 +102,8 @@ def overhead_view(
                 reasons = sorted(set(failed_group.loc[failed_group["layer"] == layer, "failure_reason"]) - {""})
                 why = f": {'; '.join(reasons[:3])}" if reasons else ""
                 flag("failed-cells", f"{n_failed} failed run(s) left out{why}")
-            if s.n and s.n < stats.MIN_REPEATS:
-                flag("few-repeats", f"only {s.n} successful repeat(s); at least {stats.MIN_REPEATS} are needed")
-            if not math.isnan(s.cv_pct) and s.cv_pct > stats.CV_LIMIT_PCT:
-                flag("high-cv", f"CV {s.cv_pct:.1f}% is above {stats.CV_LIMIT_PCT:g}%")
+            for code, message in stats.noise_flags(s):
+                flag(code, message)
             if not mine.empty and mine["emulated"].any():
                 flag("emulated", CODES["emulated"])
             if GENERATED_DATA.search(config):  # the row says what it read, wherever it is copied to
