@@ -17,6 +17,7 @@ import json
 import os
 import re
 import selectors
+import shlex
 import signal
 import socket
 import subprocess
@@ -30,9 +31,9 @@ from dlinfra import safe_yaml
 from dlinfra.errors import SpecError, TargetError
 from dlinfra.layers import LAYERS
 from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
-from dlinfra.safe_yaml import excerpt, plain
-from dlinfra.secrets import is_secret_name, redact, register_host_vars
+from dlinfra.secrets import NO_ANSIBLE_LOG, is_secret_name, redact, register_host_vars
 from dlinfra.secrets import register as register_secret
+from dlinfra.text import excerpt, plain
 from dlinfra.transport.ssh import SshEndpoint
 
 T = TypeVar("T")
@@ -57,10 +58,10 @@ KNOWN_VARS: dict[str, str] = {
 # Bounds on what dlinfra hands to Ansible and takes back (docs/campaigns.md, "Limits"). Ansible itself would
 # expand an alias bomb or a host range like node[0:99999999] until the machine runs out of memory.
 #: One YAML inventory or variables file (aliases are allowed, counted as what they expand to).
-INVENTORY_LIMITS = safe_yaml.Limits(string_tags=frozenset({"!vault", "!unsafe"}))
+MAX_HOSTS = 10_000
+INVENTORY_LIMITS = safe_yaml.Limits(string_tags=frozenset({"!vault", "!unsafe"}), max_items=MAX_HOSTS)
 MAX_FILES = 1000
 MAX_TOTAL_BYTES = 16 << 20
-MAX_HOSTS = 10_000
 ANSIBLE_TIMEOUT_S = 60
 MAX_ANSIBLE_OUTPUT = 64 << 20
 #: Files Ansible skips in an inventory folder (its IGNORED_ALWAYS and default INVENTORY_IGNORE_EXTS).
@@ -71,7 +72,12 @@ _PORT = re.compile(r"\d{1,5}", re.ASCII)
 _YAML_SUFFIXES = {".yml", ".yaml", ".json"}
 _RANGE = re.compile(r"\[([0-9A-Za-z]+):([0-9A-Za-z]+)(?::([0-9]+))?\]")
 #: Host names (before Ansible expands ranges) and addresses: nothing a shell or a path could misread.
-_HOST_NAME = re.compile(r"[\w.:@\[\]-]{1,255}", re.ASCII)
+_HOST_CHAR = re.compile(r"[\w.:@\[\]-]", re.ASCII)
+_IPV6 = re.compile(r"[0-9A-Fa-f:.]{2,45}(%[\w.-]{1,32})?", re.ASCII)
+#: INI inventory lines: ``[name]``/``[name:vars]``/``[name:children]``, ``NAME=VALUE``, a group name.
+_INI_HEADER = re.compile(r"\[([^\]:\s]+)(?::(vars|children))?\]\s*(?:[;#].*)?", re.ASCII)
+_INI_VAR = re.compile(r"[A-Za-z_][\w.-]*\s*=", re.ASCII)
+_INI_NAME = re.compile(r"[\w.-]{1,255}", re.ASCII)
 _ADDRESS = re.compile(r"[\w.:%\[\]-]{1,255}", re.ASCII)
 #: ``name=value`` / ``name: value`` in an INI (or any text) inventory; names are matched from their first character
 #: only, so a long line costs linear time.
@@ -202,16 +208,69 @@ def _host_count(name: str) -> int:
 
 
 def _check_host_name(name: Any, source: str) -> int:
-    if not isinstance(name, str) or not _HOST_NAME.fullmatch(name):
-        raise SpecError(
-            f"{source}: host {excerpt(name)} is not a valid host name", "letters, digits and . _ - : @ [a:b] only"
-        )
+    """The number of hosts ``name`` stands for; a name that is not one is described, never quoted: a file that is
+    not an inventory (a private key, a password file) must not be shown line by line in an error."""
+    hint = "letters, digits and . _ - : @ [a:b] only; is it the right file?"
+    if not isinstance(name, str):
+        raise SpecError(f"{source}: a host name is not text", hint)
+    bad = next((c for c in name if not _HOST_CHAR.fullmatch(c)), None)
+    if bad is not None or not 1 <= len(name) <= 255:
+        why = f"it holds {bad!r}" if bad is not None and bad.isprintable() else "its length or characters"
+        raise SpecError(f"{source}: a host name is not valid ({why})", hint)
+    if name.count(":") > 1 and not _IPV6.fullmatch(name.strip("[]")):
+        raise SpecError(f"{source}: a host name is not valid (more than one ':' and not an IPv6 address)", hint)
     return _host_count(name)
 
 
+def _check_ini_inventory(where: str, text: str) -> int:
+    """An INI inventory's lines, as Ansible's ini plugin reads them; returns its host count. Each line is a
+    comment, a ``[group]``, ``[group:vars]`` or ``[group:children]`` header, ``NAME=VALUE`` in a vars section,
+    a group name in a children section, or a host followed by ``NAME=VALUE`` variables. Errors name the line
+    and what it should be, never its content (:func:`_check_host_name`)."""
+    hosts = 0
+    section = "hosts"
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        at = f"{where}:{number}"
+        if not line or line[0] in ";#":
+            continue
+        header = _INI_HEADER.fullmatch(line)
+        if line.startswith("["):
+            if header is None:
+                raise SpecError(f"{at}: not a group header", "[group], [group:vars] or [group:children]")
+            section = header.group(2) or "hosts"
+            continue
+        if section == "vars":
+            if not _INI_VAR.match(line):
+                raise SpecError(f"{at}: a vars section holds NAME=VALUE lines only")
+            continue
+        if section == "children":
+            if not _INI_NAME.fullmatch(line.split("#", 1)[0].strip()):
+                raise SpecError(f"{at}: a children section holds group names only")
+            continue
+        try:
+            first, *rest = shlex.split(line, comments=True)
+        except ValueError:
+            raise SpecError(f"{at}: a quote is not closed") from None
+        hosts += _check_host_name(first, at)
+        if any(not _INI_VAR.match(token) for token in rest):
+            raise SpecError(f"{at}: after a host name come NAME=VALUE variables only", "is it the right file?")
+        if hosts > MAX_HOSTS:
+            break
+    return hosts
+
+
+#: Why an inventory that runs code is refused, and what to do instead (docs/orchestration.md, "Inventories").
+CODE_HINT = (
+    "save its output as a YAML inventory (or chmod -x a static file); to let Ansible run it, pass "
+    "--allow-inventory-code on the command line (a --dry-run never runs it)"
+)
+
+
 def _kind(file: Path, default: str) -> str:
-    """An executable that is not YAML or INI is a dynamic inventory script: Ansible runs it, we do not read it."""
-    if default == "inventory" and file.suffix not in (*_YAML_SUFFIXES, ".ini") and os.access(file, os.X_OK):
+    """An executable inventory file is a dynamic inventory script to Ansible (whatever its name: a ``#!`` line is
+    a YAML comment too): Ansible runs it, dlinfra does not read it."""
+    if default == "inventory" and file.is_file() and os.access(file, os.X_OK):
         return "script"
     return default
 
@@ -258,9 +317,11 @@ def _inventory_files(path: Path) -> list[tuple[Path, str]]:
     return files
 
 
-def check_inventory_files(source: str | Path) -> set[str]:
+def check_inventory_files(source: str | Path, *, allow_code: bool = False) -> set[str]:
     """Check every file Ansible will read for this inventory before Ansible reads it: size, encoding, YAML
-    shape (aliases counted expanded, no duplicate keys), host names and ranges, dlinfra variables.
+    shape (aliases counted expanded, no duplicate keys), host names and ranges, dlinfra variables; and that
+    none of it runs code (an inventory script, an inventory plugin), unless ``allow_code``: a shared spec must
+    not be a way to run a program, and a dry run promises to touch nothing.
 
     Returns the values of password-like variables found, so that no message (Ansible's included) shows them.
     """
@@ -271,22 +332,29 @@ def check_inventory_files(source: str | Path) -> set[str]:
     for file, kind in _inventory_files(path):
         where = plain(file, 200, tail=True)
         if kind == "script":
+            if not allow_code:
+                raise SpecError(
+                    f"inventory {where} is executable: Ansible would run it as an inventory script", CODE_HINT
+                )
             continue
         if kind == "vars" or file.suffix in _YAML_SUFFIXES:
             what = "inventory" if kind == "inventory" else "inventory variables file"
             doc = safe_yaml.load(file, what, INVENTORY_LIMITS, hint)
             secrets |= _secret_values(doc.data)
             if kind == "inventory":
+                plugin = doc.data.get("plugin") if isinstance(doc.data, dict) else None
+                if plugin is not None and not allow_code:
+                    raise SpecError(
+                        f"{where}:{doc.lines.get(('plugin',), 1)}: plugin: inventory plugin {excerpt(plugin, 60)} "
+                        "runs code (templates, lookups, a cloud's API)",
+                        CODE_HINT,
+                    )
                 hosts += _check_yaml_inventory(where, doc)
         else:
             text = safe_yaml.read_text(file, "inventory", INVENTORY_LIMITS.max_bytes, hint)
             secrets |= {m.group(2).strip("\"'") for m in _ASSIGNMENT.finditer(text) if is_secret_name(m.group(1))}
-            for number, line in enumerate(text.splitlines() if file.suffix != ".toml" else [], 1):
-                first = line.split(maxsplit=1)[0] if line.strip() else ""
-                if first and first[0] not in "[;#" and "=" not in first:
-                    hosts += _check_host_name(first, f"{where}:{number}")
-                    if hosts > MAX_HOSTS:
-                        break
+            if file.suffix != ".toml":
+                hosts += _check_ini_inventory(where, text)
         total_bytes += file.stat().st_size
         if total_bytes > MAX_TOTAL_BYTES:
             raise SpecError(f"inventory {plain(path, 200, tail=True)} is over {MAX_TOTAL_BYTES >> 20} MiB in all")
@@ -348,7 +416,17 @@ def _check_yaml_inventory(where: str, doc: safe_yaml.Document) -> int:
             _validate_vars(f"host {host}", hostvars or {}, at)
             if hosts > MAX_HOSTS:
                 return hosts
-        todo.extend(((*path, "children", child), value) for child, value in (group.get("children") or {}).items())
+        ancestors = path[::2]
+        for child, value in (group.get("children") or {}).items():
+            if child in ancestors:
+                at = f"{where}:{doc.lines.get((*path, 'children', child, '__key__'), line)}"
+                if child == path[-1]:
+                    raise SpecError(
+                        f"{at}: group {plain(child, 60)} is a child of itself", "remove it from its children"
+                    )
+                cycle = " -> ".join(plain(g, 40) for g in (*ancestors[ancestors.index(child) :], child))
+                raise SpecError(f"{at}: groups form a cycle: {cycle}", "a group cannot contain one of its parents")
+            todo.append(((*path, "children", child), value))
     return hosts
 
 
@@ -381,21 +459,24 @@ def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float, limit: int
             os.killpg(proc.pid, signal.SIGKILL)
         code = proc.wait()
     if problem is not None:
-        raise TargetError(f"ansible-inventory {problem} and was stopped")
+        raise TargetError(
+            f"ansible-inventory {problem} and was stopped", "check the inventory's host ranges and plugins"
+        )
     return code, b"".join(out["stdout"]), b"".join(out["stderr"])
 
 
-def load_inventory(source: str | Path) -> list[InventoryHost]:
-    """All hosts of an Ansible inventory (file or folder, YAML or INI), in inventory order."""
+def load_inventory(source: str | Path, *, allow_code: bool = False) -> list[InventoryHost]:
+    """All hosts of an Ansible inventory (file or folder, YAML or INI), in inventory order. An inventory that runs
+    code (a script, a plugin) is refused unless ``allow_code`` (:func:`check_inventory_files`)."""
     path = Path(source)
     where = plain(source, 200, tail=True)
-    for value in check_inventory_files(path):
+    for value in check_inventory_files(path, allow_code=allow_code):
         register_secret(value)  # before Ansible reads the file: none of its messages may show them
 
     def hide(text: str) -> str:
         return plain(" ".join(redact(text).split()), 200)
 
-    env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_WARNING": "True", "ANSIBLE_NOCOLOR": "1"}
+    env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_WARNING": "True", "ANSIBLE_NOCOLOR": "1", **NO_ANSIBLE_LOG}
     env.pop("ANSIBLE_CONFIG", None)
     try:
         code, raw_out, raw_err = _run_bounded(

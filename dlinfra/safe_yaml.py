@@ -13,7 +13,6 @@ from __future__ import annotations
 import codecs
 import errno
 import os
-import reprlib
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,9 @@ from yaml.nodes import ScalarNode
 from yaml.reader import ReaderError
 
 from dlinfra.errors import SpecError
-from dlinfra.secrets import is_secret_name
+from dlinfra.secrets import is_secret_name, register_text
+from dlinfra.secrets import register as register_secret
+from dlinfra.text import excerpt, plain
 
 #: Keys whose values are never quoted in a message (and are hidden from Ansible's messages).
 
@@ -38,10 +39,6 @@ _BOMS = (
     (codecs.BOM_UTF16_LE, "UTF-16"),
     (codecs.BOM_UTF16_BE, "UTF-16"),
 )
-_repr = reprlib.Repr()
-_repr.maxstring = _repr.maxother = 80
-_repr.maxlist = _repr.maxdict = _repr.maxtuple = _repr.maxset = 5
-_repr.maxlevel = 2
 
 
 @dataclass(frozen=True)
@@ -57,6 +54,10 @@ class Limits:
     aliases: bool = True
     #: Local tags read as plain strings (Ansible's ``!vault`` and ``!unsafe``).
     string_tags: frozenset[str] = frozenset()
+    #: Entries of one list or mapping (an inventory's hosts: refused at the first one too many, not at the end).
+    max_items: int = 200_000
+    #: Every mapping key is a string (a spec: ``1: x`` beside ``cpus: 1`` is a typo, not a field).
+    string_keys: bool = False
 
 
 @dataclass
@@ -65,25 +66,6 @@ class Document:
 
     data: Any
     lines: dict[tuple[Any, ...], int] = field(default_factory=dict)
-
-
-def excerpt(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to about ``limit`` characters, so a megabyte value cannot flood a one-line error."""
-    text = repr(value[:limit]) if isinstance(value, str) else _repr.repr(value)
-    if isinstance(value, str) and len(value) > limit:
-        return text[:limit] + "…"
-    return text if len(text) <= limit + 2 else text[:limit] + "…"
-
-
-def plain(value: Any, limit: int = 120, *, tail: bool = False) -> str:
-    """A name or path as it reads in a one-line message: as is when short and printable, else cut short (keeping
-    the end with ``tail``: a path's file name says most) or, when not printable, an excerpt."""
-    text = str(value)
-    if not text.isprintable():
-        return excerpt(text, limit)
-    if len(text) <= limit:
-        return text
-    return "…" + text[1 - limit :] if tail else text[: limit - 1] + "…"
 
 
 def dotted(path: tuple[Any, ...]) -> str:
@@ -298,6 +280,10 @@ class _Builder:
             raise self.fail(
                 line, path, f"a string of {len(text):,} characters, over the {self.limits.max_string:,} limit: {shown}"
             )
+        if is_secret(path):  # a file's secrets are known before any message could quote them
+            register_secret(text)
+        elif "://" in text or "=" in text:
+            register_text(text)  # a URL's password, a DSN's password=
         tag = event.tag
         if tag in self.limits.string_tags:
             return text
@@ -314,12 +300,16 @@ class _Builder:
 
     def _attach(self, value: Any, line: int) -> None:
         top = self.stack[-1]
+        if len(top.container) >= self.limits.max_items and (isinstance(top.container, list) or not top.has_key):
+            raise self.fail(line, top.path, f"holds more than {self.limits.max_items:,} entries")
         if isinstance(top.container, list):
             top.container.append(value)
             return
         if not top.has_key:
             if isinstance(value, (list, dict)):
                 raise self.fail(line, top.path, "a mapping key must be a plain value, not a list or mapping")
+            if self.limits.string_keys and not isinstance(value, str):
+                raise self.fail(line, top.path, f"key {excerpt(value, 60)} is not a name", "write names as text")
             if value in top.container:
                 first = self.lines.get((*top.path, value, "__key__"), "?")
                 raise self.fail(line, (*top.path, value), f"duplicate key {excerpt(value, 60)} (first at line {first})")

@@ -34,6 +34,11 @@ T = TypeVar("T")
 #: What every secret is replaced with.
 MASK = "***"
 
+#: The environment of every Ansible process dlinfra starts: Ansible's own log (``ANSIBLE_LOG_PATH``, or
+#: ``log_path`` in an ansible.cfg of the working folder) would hold whole inventories, passwords included,
+#: where no scrubbing reaches. dlinfra keeps its own scrubbed artifacts instead.
+NO_ANSIBLE_LOG = {"ANSIBLE_LOG_PATH": os.devnull}
+
 #: Shorter values are never registered (redacting "ab" everywhere would garble every text).
 MIN_LENGTH = 4
 

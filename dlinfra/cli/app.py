@@ -16,8 +16,9 @@ from pathlib import Path
 
 import click
 
-from dlinfra import __version__, secrets
+from dlinfra import __version__, safe_yaml, secrets
 from dlinfra.errors import DlinfraError
+from dlinfra.text import bounded, excerpt
 
 #: name -> "module:attribute"; the order is the order --help lists them in.
 SUBCOMMANDS = {
@@ -81,9 +82,35 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
     ctx.obj = Settings(db=db, debug=debug)
 
 
+#: A clouds.yaml is small; one over these bounds is not read for its secrets.
+CLOUD_LIMITS = safe_yaml.Limits(max_bytes=1 << 20, max_nodes=20_000)
+#: Where openstacksdk looks for clouds.yaml and secure.yaml, after ``$OS_CLIENT_CONFIG_FILE`` (its own order).
+CLOUD_FILES = ("clouds.yaml", "secure.yaml")
+CLOUD_FOLDERS = (Path("."), Path("~/.config/openstack"), Path("/etc/openstack"))
+
+
+def register_cloud_secrets() -> None:
+    """Register the secrets of every clouds.yaml openstacksdk could read, at start-up, whatever the command.
+
+    Why before any use: a password of clouds.yaml that also appears in a spec value or a path (pasted by
+    mistake) must be masked in the very first error, long before any cloud is connected. Read within bounds;
+    a file that cannot be read is openstacksdk's to report, when it is used.
+    """
+    files = [Path(os.environ["OS_CLIENT_CONFIG_FILE"])] if os.environ.get("OS_CLIENT_CONFIG_FILE") else []
+    files += [folder.expanduser() / name for folder in CLOUD_FOLDERS for name in CLOUD_FILES]
+    for path in files:
+        if not path.is_file():
+            continue
+        try:
+            secrets.register_obj(safe_yaml.load(path, "clouds.yaml", CLOUD_LIMITS).data)
+        except (DlinfraError, OSError):
+            continue
+
+
 def _error(message: str) -> None:
-    """One error line, secrets redacted: a message may quote a URL, a command or a spec value."""
-    click.echo(f"dlinfra: error: {secrets.redact(message)}", err=True)
+    """One error line, secrets redacted (a message may quote a URL, a command or a spec value) and bounded: the
+    last guard behind :func:`dlinfra.text.excerpt`, which every message that quotes input uses."""
+    click.echo(f"dlinfra: error: {bounded(secrets.redact(message))}", err=True)
 
 
 def _traceback() -> None:
@@ -113,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     # Before anything runs: the secrets of the environment and of the command line (--db URL) are known,
     # so no artifact, stored row or message can carry them.
     secrets.register_environ()
+    register_cloud_secrets()
     for arg in args:
         secrets.register_text(arg)
     try:
@@ -135,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
         if debug:
             _traceback()
-        _error(f"unexpected {type(exc).__name__}: {exc} (rerun with --debug for the traceback, and report it)")
+        what = f"unexpected {type(exc).__name__}: {excerpt(str(exc), 200)}"
+        _error(f"{what} (rerun with --debug for the traceback, and report it)")
         return 1
     return result if isinstance(result, int) else 0

@@ -27,7 +27,7 @@ from dlinfra.payload.params import PARAM, PARAMS, Param, to_argv
 from dlinfra.payload.workloads import WORKLOADS
 from dlinfra.record import RecordError, RunRecord, config_hash
 from dlinfra.results.store import CellOutcome
-from dlinfra.safe_yaml import excerpt, plain
+from dlinfra.text import excerpt, plain
 
 EPILOG = """\b
 Examples:
@@ -105,15 +105,18 @@ def bench(ctx: click.Context, workload: str, repeats: int, timeout: int, **optio
             f"{workload} runs in mode {' or '.join(WORKLOADS[workload].run_modes)} only: bench runs one process",
             "put it in a campaign (docs/campaigns.md)",
         )
-    if options.get("data") and options["data"] != "synthetic" and not os.path.exists(str(options["data"])):
-        raise DlinfraError(f"--data {plain(options['data'], tail=True)}: no such file or folder")
+    data = str(options.get("data") or "synthetic")
+    if data != "synthetic" and not os.path.exists(data):
+        raise DlinfraError(f"--data {plain(data, tail=True)}: no such file or folder")
+    if data != "synthetic" and not (os.path.isdir(data) or os.path.isfile(data)):
+        raise DlinfraError(f"--data {plain(data, tail=True)} is not a regular file or a folder", "name a data set")
     flags, cell_config = payload_args(workload, options)
     cell_hash = config_hash(cell_config)
     now = datetime.now(UTC)
     campaign_id = f"bench-{now:%Y%m%dT%H%M%S}"
     host = socket.gethostname()
     records: list[RunRecord] = []
-    with store_from(ctx) as store:
+    with store_from(ctx, write=True) as store:
         store.add_campaign(
             campaign_id, f"bench {workload}", {"kind": "bench", "host": host, "cell": cell_config, "repeats": repeats}
         )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from dlinfra.cli.common import emit_report, err_console, seed_option, statistic_option, store_from
+from dlinfra.cli.common import emit_report, err_console, out_option, seed_option, shown, statistic_option, store_from
 
 EPILOG = """\b
 Examples:
@@ -32,7 +32,7 @@ different (the CI holds 0). Cells in one campaign only are listed. See docs/comp
     help="The metric compared (as in 'dlinfra report').",
 )
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json", "html"]), default="table")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file instead of stdout.")
+@out_option("Write to this file instead of stdout.")
 @click.option(
     "--view",
     type=click.Choice(["compare", "metadata"]),
@@ -66,9 +66,11 @@ def compare(
     """Compare campaign B against campaign A (ids, unique prefixes, names, 'latest' or
     'latest~N'): the change of the metric per matched cell with a bootstrap 95% CI
     and a verdict, cells that ran in one campaign only, and the metadata that differs."""
-    from dlinfra.report.compare import build_compare
-
     with store_from(ctx) as store:
+        from dlinfra.report.compare import build_compare  # after the store is checked: SciPy takes a second
+
         result = build_compare(store, a, b, metric, seed=seed, statistic=statistic, threshold_pct=threshold)
     if emit_report(result, fmt, out, view):
-        err_console.print(f"wrote {fmt} comparison of {result.against_id} and {result.campaign_id} to {out}")
+        err_console.print(
+            f"wrote {fmt} comparison of {shown(result.against_id)} and {shown(result.campaign_id)} to {shown(out)}"
+        )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from dlinfra.cli.common import emit_report, err_console, seed_option, statistic_option, store_from
+from dlinfra.cli.common import emit_report, err_console, out_option, seed_option, statistic_option, store_from
 from dlinfra.errors import DlinfraError
 from dlinfra.report import SEEDS
 
@@ -64,7 +64,7 @@ VIEWS = (
     default="table",
     show_default=True,
 )
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file instead of stdout.")
+@out_option("Write to this file instead of stdout.")
 @click.option(
     "--compare-seed",
     type=click.Choice(SEEDS),
@@ -109,11 +109,11 @@ def report(
     """Compare the layers of a campaign: median, IQR and CV per layer, overhead
     against the baseline with a bootstrap 95% CI and a verdict, scaling,
     parameter-server and sync/async views, system use per role, and warnings."""
-    from dlinfra.report.build import build_report
-
     if view == "seed" and not compare_seed:
         raise DlinfraError("--view seed needs --compare-seed", "e.g. --compare-seed 000 --view seed")
     with store_from(ctx) as store:
+        from dlinfra.report.build import build_report  # after the store is checked: SciPy takes a second
+
         result = build_report(
             store,
             campaign,

@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import click
-from rich.markup import escape
 from rich.table import Table
 
-from dlinfra.cli.common import console, store_from
+from dlinfra.cli.common import console, open_output, out_option, shown, store_from
 from dlinfra.results.store import CONTAMINATED
 
 #: Columns of `results show`, one row per process per run.
@@ -43,7 +42,7 @@ def list_campaigns(ctx: click.Context) -> None:
     table = Table("campaign", "name", "created (UTC)", "cells", "failed", "contaminated", "runs")
     for r in rows:
         table.add_row(
-            escape(r["campaign_id"]), escape(r["name"]), r["created_utc"],
+            shown(r["campaign_id"]), shown(r["name"]), shown(r["created_utc"]),
             *(str(r[k]) for k in ("cells", "failed", "contaminated", "runs")),
         )  # fmt: skip
     console.print(table)
@@ -64,18 +63,18 @@ def show(ctx: click.Context, campaign: str, as_json: bool) -> None:
         attempts = store.cells(campaign_id, all_attempts=True)
     if as_json:
         for run in runs:
-            click.echo(json.dumps(json.loads(run["record_json"]), sort_keys=True))
+            click.echo(json.dumps(run["record"], sort_keys=True))
         return
-    table = Table(title=f"campaign {campaign_id}")
+    table = Table(title=f"campaign {shown(campaign_id)}")
     for name in _RUN_COLUMNS:
         table.add_column(name)
     for r in runs:
-        status = escape(r["status"]) if r["status"] == "ok" else f"[red]{escape(r['failure_reason'] or '')}[/red]"
+        status = shown(r["status"]) if r["status"] == "ok" else f"[red]{shown(r['failure_reason'] or '')}[/red]"
         if r.get("contaminated"):
             status = "[yellow]contaminated[/yellow]"
         table.add_row(
-            r["workload"], r["layer"], r["provider"] or "-", r["mode"], f"{r['role']}:{r['task_index']}",
-            r["physical_host"], str(r["repeat"]), status,
+            *(shown(r[k] or "-") for k in ("workload", "layer", "provider", "mode")),
+            shown(f"{r['role']}:{r['task_index']}"), shown(r["physical_host"]), str(r["repeat"]), status,
             f"{r['examples_per_sec']:.1f}" if r["examples_per_sec"] is not None else "-",
             f"{r['elapsed_s']:.2f}" if r["elapsed_s"] is not None else "-",
             f"{100 * r['foreign_share']:.1f}" if r.get("foreign_share") is not None else "-",
@@ -94,8 +93,8 @@ def show(ctx: click.Context, campaign: str, as_json: bool) -> None:
         later = f" (attempt {latest['attempt']}: {latest['status']})" if latest is not a else ""
         what, colour = ("contaminated", "yellow") if a["status"] == CONTAMINATED else ("failed", "red")
         console.print(
-            f"[{colour}]{a['layer']}/{a['workload']} cell {a['cell_hash'][:12]} repeat {a['repeat']} "
-            f"attempt {a['attempt']} {what}:[/{colour}] {escape(a['failure_reason'] or '')}{later}"
+            f"[{colour}]{shown(a['layer'])}/{shown(a['workload'])} cell {shown(a['cell_hash'][:12])} "
+            f"repeat {a['repeat']} attempt {a['attempt']} {what}:[/{colour}] {shown(a['failure_reason'] or '')}{later}"
         )
 
 
@@ -106,7 +105,7 @@ def show(ctx: click.Context, campaign: str, as_json: bool) -> None:
 )
 @click.option("--campaign", default=None, help="Campaign id, prefix, name or 'latest' (default: all).")
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="File to write.")
+@out_option("File to write.", required=True)
 @click.pass_context
 def export(ctx: click.Context, campaign: str | None, fmt: str, out: Path) -> None:
     """Export run rows (one per process per run) to CSV or Parquet."""
@@ -114,5 +113,6 @@ def export(ctx: click.Context, campaign: str | None, fmt: str, out: Path) -> Non
 
     with store_from(ctx) as store:
         campaign_id = store.resolve_campaign(campaign) if campaign else None
-        count = export_runs(store, campaign_id, fmt, out)
-    console.print(f"wrote {count} runs to {out}")
+        with open_output(out, binary=True) as handle:
+            count = export_runs(store, campaign_id, fmt, handle)
+    console.print(f"wrote {count} runs to {shown(out)}")

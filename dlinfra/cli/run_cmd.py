@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dlinfra.cli.common import console, err_console, store_from
+from dlinfra.orchestration.cells import Cell
 from dlinfra.orchestration.spec import RunInput
 
 
@@ -48,7 +49,15 @@ Examples:
     help="Override a spec field (dotted path, YAML value), checked like the file: steps=10000, "
     "layer_options.vm.vcpus=4, workloads.0.matrix.batch_size=[32,64]. Repeatable; stored with the campaign.",
 )
-@click.option("--dry-run", is_flag=True, help="Check everything and list the cells it would run; touch nothing.")
+@click.option(
+    "--dry-run", is_flag=True, help="Check everything and list the cells it would run; touch nothing, run no code."
+)
+@click.option(
+    "--allow-inventory-code",
+    is_flag=True,
+    help="Let Ansible run an inventory script or inventory plugin (they run code: refused without this flag, "
+    "and never run by --dry-run).",
+)
 @click.option("--skip-deploy", is_flag=True, help="Do not run the deploy playbook; still check every payload hash.")
 @click.option("--quiet", is_flag=True, help="No progress output; the summary only.")
 @click.pass_context
@@ -62,6 +71,7 @@ def run(
     layers: tuple[str, ...],
     overrides: tuple[str, ...],
     dry_run: bool,
+    allow_inventory_code: bool,
     skip_deploy: bool,
     quiet: bool,
 ) -> int:
@@ -70,13 +80,21 @@ def run(
 
     # Bad input fails here, before the store is opened (created) or anything is built or provisioned.
     checked = preflight(
-        spec, layers=list(layers), inventory=inventory, campaign_id=campaign_id, overrides=list(overrides)
+        spec,
+        layers=list(layers),
+        inventory=inventory,
+        campaign_id=campaign_id,
+        overrides=list(overrides),
+        allow_inventory_code=allow_inventory_code,
+        dry_run=dry_run,
     )
-    if dry_run:
-        return _dry_run(checked)
-    from dlinfra.orchestration.campaign import run_campaign
+    from dlinfra.orchestration.campaign import planned_cells, run_campaign
 
-    with store_from(ctx) as store:
+    cells = planned_cells(checked)  # a workload's hosts that match no host fail here, before the store is made
+    if dry_run:
+        return _dry_run(checked, cells)
+
+    with store_from(ctx, write=True) as store:
         result = run_campaign(
             checked,
             store,
@@ -141,11 +159,8 @@ def run(
 _OWN_COLUMNS = ("layer", "provider", "workload", "host", "hosts")
 
 
-def _dry_run(checked: RunInput) -> int:
+def _dry_run(checked: RunInput, cells: list[Cell]) -> int:
     """Print the cells a run would run (layer, provider, hosts, config) and how many runs that is."""
-    from dlinfra.orchestration.campaign import planned_cells
-
-    cells = planned_cells(checked)
     spec = checked.spec
     table = Table("#", "layer", "provider", "workload", "hosts", "config", title=f"{spec.name}: cells (dry run)")
     for i, cell in enumerate(cells, 1):

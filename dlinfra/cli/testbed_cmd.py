@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dlinfra.cli.common import console
-from dlinfra.safe_yaml import excerpt
+from dlinfra.text import excerpt
 
 #: The most hosts one testbed may have: each is a network namespace with its own sshd on this machine.
 MAX_HOSTS = 60

@@ -449,6 +449,7 @@ def run_playbook(
                 playbook=str(book),
                 inventory=str(inv_path),
                 envvars={
+                    **secrets.NO_ANSIBLE_LOG,
                     "ANSIBLE_CONFIG": str(cfg),
                     "ANSIBLE_NOCOLOR": "1",
                     "ANSIBLE_FORCE_COLOR": "0",

@@ -45,7 +45,6 @@ from dlinfra.orchestration.sweep import sweep_dead_runs
 from dlinfra.orchestration.testbed_facts import gather_facts, metadata_rows
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.registry import provider_for, provider_name, stacks_on
-from dlinfra.report.precision import campaign_precision
 from dlinfra.results.store import CONTAMINATED, CellOutcome, ResultsStore
 
 
@@ -667,6 +666,10 @@ def _precise_enough(spec: CampaignSpec, store: ResultsStore, cid: str, ran: int,
     rule = spec.adaptive
     if rule is None or ran < rule.min:
         return False
+    # Imported here, not at the top: the report's statistics load SciPy and pandas (a second and a half), which
+    # every 'dlinfra run' would pay before its first check, and only campaigns with this rule need.
+    from dlinfra.report.precision import campaign_precision
+
     widths = campaign_precision(store, cid, baseline="bm")
     widths = [p for p in widths if p.compared] or widths  # the comparisons, where the campaign has some
     widest = max(widths, key=lambda p: math.inf if math.isnan(p.half_width_pct) else p.half_width_pct, default=None)

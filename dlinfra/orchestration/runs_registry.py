@@ -25,6 +25,7 @@ import json
 import os
 import re
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -117,21 +118,39 @@ def _forget_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
-def _read(fd: int) -> dict[str, Any]:
-    os.lseek(fd, 0, os.SEEK_SET)
-    chunks = []
-    while chunk := os.read(fd, 65536):
-        chunks.append(chunk)
+#: A run's state file lists the objects it made: a few KiB. One over this is not ours.
+STATE_MAX_BYTES = 16 << 20
+
+
+def _decode(raw: bytes) -> dict[str, Any]:
+    """A state file's mapping; {} when it is not one (cut short by a crash while it was written, or written by
+    someone else): the label (its file name) is still known, and the sweep says what it could not read."""
+    if len(raw) > STATE_MAX_BYTES:
+        return {}
     try:
-        data = json.loads(b"".join(chunks) or b"{}")
-    except ValueError:  # cut short by a crash while it was written: the label (its file name) is still known
+        data = json.loads(raw or b"{}")
+    except (ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def _write(fd: int, data: dict[str, Any]) -> None:
+def _read_bytes(fd: int) -> bytes:
+    """The file's bytes, at most one more than :data:`STATE_MAX_BYTES` (enough to tell it is too big)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks, size = [], 0
+    while size <= STATE_MAX_BYTES and (chunk := os.read(fd, 65536)):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _read(fd: int) -> dict[str, Any]:
+    return _decode(_read_bytes(fd))
+
+
+def _write(fd: int, data: dict[str, Any] | bytes) -> None:
     """Rewrite in place: replacing the file would leave the lock on an unlinked inode."""
-    payload = json.dumps(data, indent=1, sort_keys=True).encode()
+    payload = data if isinstance(data, bytes) else json.dumps(data, indent=1, sort_keys=True).encode()
     os.lseek(fd, 0, os.SEEK_SET)
     os.ftruncate(fd, 0)
     os.write(fd, payload)
@@ -283,10 +302,13 @@ def claim(label: str, kind: str, *, wait_s: float = 60.0, **where: Any) -> RunCl
 def _peek(path: Path) -> dict[str, Any]:
     """Read a state file without locking it (for messages only; it may be mid-write)."""
     try:
-        data = json.loads(path.read_text() or "{}")
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO put there must not block us
+    except OSError:
         return {}
-    return data if isinstance(data, dict) else {}
+    try:
+        return _read(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else {}
+    finally:
+        os.close(fd)
 
 
 def _labels_on_disk() -> list[tuple[str, Path]]:
@@ -311,7 +333,7 @@ def recorded_objects(kinds: set[str]) -> dict[str, list[dict[str, Any]]]:
 def _locked(path: Path) -> bool:
     """Whether some process holds ``path``'s lock (its controller, or a sweep)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return False
     try:
@@ -405,9 +427,15 @@ def take_over(label: str, *, create: bool = False, wait_s: float = 0.0) -> Itera
     if fd is None:
         yield None
         return
-    data = {key: value for key, value in _read(fd).items() if key != "swept_by"}  # a crashed sweep's mark
+    raw = _read_bytes(fd)
+    found = _decode(raw)
+    data = {key: value for key, value in found.items() if key != "swept_by"}  # a crashed sweep's mark
+    # Kept as it was found: byte for byte (a dry run, a file it could not read), or without a crashed sweep's mark.
+    # A file over the bound was not read whole: it is never rewritten (only deleted, after a clean sweep).
+    kept: dict[str, Any] | bytes | None = None if len(raw) > STATE_MAX_BYTES else data if "swept_by" in found else raw
     handle = TakeOver(_info(label, path, data), fd)
-    _write(fd, {**data, "swept_by": os.getpid()})
+    if kept is not None:
+        _write(fd, {**data, "swept_by": os.getpid()})
     ok = False
     _TAKEN.add(label)
     try:
@@ -418,6 +446,6 @@ def take_over(label: str, *, create: bool = False, wait_s: float = 0.0) -> Itera
         if not existed or (ok and not handle.keep):  # a file made only for the sweep never outlives it
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-        else:  # kept for a later sweep, as it was found
-            _write(fd, data)
+        elif kept is not None:  # kept for a later sweep, as it was found
+            _write(fd, kept)
         os.close(fd)

@@ -41,7 +41,8 @@ from dlinfra.orchestration import datasets as ds
 from dlinfra.orchestration.interference import DEFAULT_MAX_FOREIGN_SHARE, MAX_FOREIGN_SHARE_ENV, InterferencePolicy
 from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
 from dlinfra.payload.params import MODES, PARAM, PARAMS, Param
-from dlinfra.safe_yaml import dotted, excerpt, plain
+from dlinfra.safe_yaml import dotted
+from dlinfra.text import excerpt, plain
 
 if TYPE_CHECKING:
     from dlinfra.inventory import InventoryHost
@@ -111,7 +112,9 @@ RUN_LENGTH_PARAMS = frozenset({"warmup_steps", "steps", "time", "target_accuracy
 # Bounds (docs/campaigns.md, "Limits"): far beyond any real campaign, yet a typo'd exponent or a hostile file
 # fails here in milliseconds rather than after provisioning, or by exhausting the controller's memory.
 #: The file: size, nesting, values (no anchors or aliases: a spec has no use for them), string length.
-SPEC_LIMITS = safe_yaml.Limits(max_bytes=1 << 20, max_depth=16, max_nodes=20_000, max_string=4096, aliases=False)
+SPEC_LIMITS = safe_yaml.Limits(
+    max_bytes=1 << 20, max_depth=16, max_nodes=20_000, max_string=4096, aliases=False, string_keys=True
+)
 MAX_TEXT = 4096
 MAX_NAME = 100
 MAX_WORKLOADS = 1000
@@ -329,11 +332,19 @@ class _Checker:
             raise self.fail(where, f"must be printable text of at most {limit} characters, got {excerpt(value)}")
         return value
 
-    def listed(self, value: Any, where: tuple[Any, ...], limit: int) -> list[Any]:
-        """A list (a single value reads as a list of one) of at most ``limit`` items."""
+    def listed(self, value: Any, where: tuple[Any, ...], limit: int, *, items: str = "values") -> list[Any]:
+        """A list (a single value reads as a list of one) of at most ``limit`` items. Unless ``items`` says they
+        are ``"mappings"``, each item is a plain value: a mapping where a list or a name is expected is an error
+        naming it, not a crash further on."""
+        if isinstance(value, dict):
+            raise self.fail(where, "must be a list, not a mapping", "write it as [a, b] or one '- a' line each")
         values = value if isinstance(value, list) else [value]
         if len(values) > limit:
             raise self.fail(where, f"lists {len(values):,} values, at most {limit:,} allowed")
+        if items != "mappings":
+            for i, item in enumerate(values):
+                if isinstance(item, dict | list):
+                    raise self.fail((*where, i), f"must be a plain value, not a {type(item).__name__}")
         return values
 
 
@@ -396,7 +407,7 @@ def _matrix(check: _Checker, value: Any, where: tuple[Any, ...]) -> _Matrix:
         entries = value["exclude"]
         if not isinstance(entries, list):
             raise check.fail((*where, "exclude"), "must be a list of partial combinations, e.g. [{batch_size: 8}]")
-        for e, entry in enumerate(check.listed(entries, (*where, "exclude"), MAX_VALUES)):
+        for e, entry in enumerate(check.listed(entries, (*where, "exclude"), MAX_VALUES, items="mappings")):
             at = (*where, "exclude", e)
             if not isinstance(entry, dict) or not entry:
                 raise check.fail(at, "must map one or more parameters to a value (or a list of values)")
@@ -604,7 +615,9 @@ def _cpuset(check: _Checker, value: Any, where: tuple[Any, ...]) -> None:
 
 
 #: What one ``--set`` value may hold (a list of batch sizes, a mapping of options; never a document).
-OVERRIDE_LIMITS = safe_yaml.Limits(max_bytes=4096, max_depth=4, max_nodes=200, max_string=1024, aliases=False)
+OVERRIDE_LIMITS = safe_yaml.Limits(
+    max_bytes=4096, max_depth=4, max_nodes=200, max_string=1024, aliases=False, string_keys=True
+)
 OVERRIDE_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.([A-Za-z_][A-Za-z0-9_-]*|[0-9]{1,4})){0,7}", re.ASCII)
 
 
@@ -696,7 +709,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
     raw_workloads = data["workloads"]
     if not isinstance(raw_workloads, list) or not raw_workloads:
         raise check.fail(("workloads",), "must be a non-empty list")
-    check.listed(raw_workloads, ("workloads",), MAX_WORKLOADS)
+    check.listed(raw_workloads, ("workloads",), MAX_WORKLOADS, items="mappings")
     workloads: list[WorkloadSpec] = []
     cells = 0
     base_used: set[int] = set()  # campaign-wide exclusions that excluded something somewhere
@@ -956,7 +969,7 @@ def _expectations(check: _Checker, value: Any, workloads: dict[str, str], layers
     if not isinstance(value, list):
         raise check.fail(("expect",), "must be a list of expectations", "see docs/compare.md")
     out = []
-    for i, item in enumerate(check.listed(value, ("expect",), MAX_EXPECT)):
+    for i, item in enumerate(check.listed(value, ("expect",), MAX_EXPECT, items="mappings")):
         at = ("expect", i)
         if not isinstance(item, dict):
             raise check.fail(at, "must be a mapping of cell filters and one bound", "see docs/compare.md")
@@ -1070,9 +1083,12 @@ def preflight(
     inventory: str | None = None,
     campaign_id: str | None = None,
     overrides: Sequence[str] = (),
+    allow_inventory_code: bool = False,
+    dry_run: bool = False,
 ) -> RunInput:
     """Everything ``dlinfra run`` can check before it touches anything: the spec, --layer, --campaign-id and
-    the inventory (read through Ansible, as the run will).
+    the inventory (read through Ansible, as the run will). An inventory that runs code is read only when the
+    user allowed it on the command line, and never by a dry run.
 
     Why first: a run opens (creates) the results store, builds the wheelhouse and provisions; input that
     is wrong must fail before any of that leaves a trace on disk. The run then uses what this read.
@@ -1088,6 +1104,6 @@ def preflight(
     from dlinfra.inventory import check_resolvable, load_inventory
 
     inventory_path = spec.inventory_path(inventory)
-    hosts = load_inventory(inventory_path)
+    hosts = load_inventory(inventory_path, allow_code=allow_inventory_code and not dry_run)
     check_resolvable(hosts, str(inventory_path))  # a typo'd address is bad input, not a layer failure
     return RunInput(spec, inventory_path, hosts)

@@ -35,6 +35,7 @@ carries as ``target_details`` (JSON-safe, no secret).
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlinfra import cancel
 from dlinfra.errors import SpecError
-from dlinfra.inventory import InventoryHost
+from dlinfra.inventory import MAX_HOSTS, InventoryHost
+from dlinfra.text import excerpt, plain
 from dlinfra.transport import ContainerAccess, ContainerTransport, SshEndpoint, SshTransport, Transport
 
 if TYPE_CHECKING:
@@ -194,10 +196,10 @@ class Provider(abc.ABC):
 
         The default refuses keys not in :attr:`options`; override to check values too (and call super).
         """
-        unknown = sorted(set(options) - set(cls.options) - {"provider"})
+        unknown = sorted((str(k) for k in set(options) - set(cls.options) - {"provider"}), key=str)
         if unknown:
             raise SpecError(
-                f"{where}: unknown option(s) {', '.join(map(str, unknown))} for provider {cls.name}",
+                f"{where}: unknown option(s) {', '.join(plain(k, 40) for k in unknown[:5])} for provider {cls.name}",
                 f"provider {cls.name} takes: {', '.join(sorted(cls.options)) or 'no options'}",
             )
 
@@ -268,3 +270,21 @@ class Provider(abc.ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"layer": self.layer, "provider": self.name, "targets": [t.name for t in self.targets]}
+
+
+#: A host pattern of ``layer_options.LAYER.hosts``: a name, a group, ``group[i]``, a glob (Ansible's own forms).
+_HOST_PATTERN = re.compile(r"[\w.:@\[\]*?!&,~^$-]{1,255}", re.ASCII)
+
+
+def check_host_patterns(options: Mapping[str, Any], where: str) -> None:
+    """``options['hosts']``, when given: a list of at most as many host patterns as an inventory has hosts."""
+    hosts = options.get("hosts")
+    if hosts is None:
+        return
+    if not isinstance(hosts, list) or len(hosts) > MAX_HOSTS:
+        raise SpecError(f"{where}.hosts: must be a list of host patterns (names, groups, all[0])")
+    for i, pattern in enumerate(hosts):
+        if not isinstance(pattern, str) or not _HOST_PATTERN.fullmatch(pattern):
+            raise SpecError(
+                f"{where}.hosts.{i}: {excerpt(pattern, 40)} is not a host pattern", "a name, a group or group[i]"
+            )

@@ -23,6 +23,7 @@ from typing import Any
 from dlinfra.errors import SpecError
 from dlinfra.layers import LAYERS
 from dlinfra.providers.base import Provider
+from dlinfra.text import excerpt
 
 GROUP = "dlinfra.providers"
 
@@ -46,7 +47,7 @@ def provider_class(name: str) -> type[Provider]:
     if ep is None:
         close = difflib.get_close_matches(name, provider_names(), n=1)
         raise SpecError(
-            f"no provider named {name!r} is installed",
+            f"no provider named {excerpt(name, 60)} is installed",
             (f"did you mean {close[0]!r}? " if close else "")
             + f"installed: {', '.join(provider_names()) or 'none (is dlinfra installed with pip?)'}",
         )

@@ -189,7 +189,7 @@ def metadata(runs: pd.DataFrame, targets: Sequence[dict[str, Any]] = ()) -> dict
     good = runs[runs["status"] == "ok"] if "status" in runs else runs
     for _, row in good.iterrows():
         fields = {f: str(row[f]) for f in METADATA_FIELDS if f in row.index}
-        record = json.loads(row["record_json"]) if "record_json" in row.index else {}
+        record = row["record"] if "record" in row.index else {}
         prov = record.get("provenance", {}) if isinstance(record, dict) else {}
         if prov.get("devices"):
             fields["devices"] = json.dumps(sorted(prov["devices"]))

@@ -114,8 +114,7 @@ def load_runs(store: ResultsStore, campaign_id: str) -> pd.DataFrame:
     if frame.empty:
         return frame
     extra: list[dict[str, Any]] = []
-    for text in frame["record_json"]:
-        record = json.loads(text)
+    for record in frame["record"]:
         prov, metrics = record["provenance"], record["metrics"]
         cfg = report_config(prov.get("cell_config") or {})
         system = metrics.get("system") or []
@@ -143,7 +142,7 @@ def load_runs(store: ResultsStore, campaign_id: str) -> pd.DataFrame:
                 "_ps_cfg": _first_int(cfg, PS_KEYS),
             }
         )
-    frame = pd.concat([frame.drop(columns=["record_json"]), pd.DataFrame(extra, index=frame.index)], axis=1)
+    frame = pd.concat([frame.drop(columns=["record"]), pd.DataFrame(extra, index=frame.index)], axis=1)
     # Worker and ps counts: from the config when it names them, else counted from the run's processes.
     counted = frame.groupby(["cell_hash", "repeat"])["role"].agg(
         workers=lambda r: max(int((r == "worker").sum()), 1),

@@ -19,6 +19,7 @@ import pandas as pd
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from dlinfra.errors import DlinfraError
 from dlinfra.report.display import EMPTY, format_value, shown_columns, text_frame
@@ -55,7 +56,8 @@ def render_table(report: Report, width: int | None = None) -> str:
             numeric = pd.api.types.is_numeric_dtype(frame[column])
             table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
         for row in frame[shown_columns(name, frame)].itertuples(index=False):
-            table.add_row(*(format_value(c, v) for c, v in zip(shown_columns(name, frame), row, strict=True)))
+            # Text, not str: a stored name is data, never Rich markup.
+            table.add_row(*(Text(format_value(c, v)) for c, v in zip(shown_columns(name, frame), row, strict=True)))
         console.print()
         console.print(table)
     for note in report.notes:

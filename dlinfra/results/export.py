@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import IO, Any
 
 import pandas as pd
 
@@ -13,18 +13,16 @@ EXPORT_FORMATS = ("csv", "parquet")
 
 
 def runs_frame(store: ResultsStore, campaign_id: str | None = None, with_records: bool = False) -> pd.DataFrame:
-    """One row per process per run; ``record_json`` (the full record) only when asked."""
+    """One row per process per run; the full record (``record``, decoded) only when asked."""
     frame = pd.DataFrame(store.runs(campaign_id))
     if frame.empty:
         return frame
     frame["emulated"] = frame["emulated"].astype(bool)
-    if not with_records:
-        frame = frame.drop(columns=["record_json"])
-    return frame
+    return frame.drop(columns=["record_json"] if with_records else ["record_json", "record"])
 
 
-def export_runs(store: ResultsStore, campaign_id: str | None, fmt: str, out: Path) -> int:
-    """Write the runs to ``out``; returns the number of rows written."""
+def export_runs(store: ResultsStore, campaign_id: str | None, fmt: str, out: IO[Any]) -> int:
+    """Write the runs to ``out`` (a binary file); returns the number of rows written."""
     if fmt not in EXPORT_FORMATS:
         raise DlinfraError(f"unknown export format {fmt!r}", f"use one of {', '.join(EXPORT_FORMATS)}")
     frame = runs_frame(store, campaign_id)
@@ -34,5 +32,5 @@ def export_runs(store: ResultsStore, campaign_id: str | None, fmt: str, out: Pat
         else:
             frame.to_parquet(out, index=False)
     except OSError as exc:
-        raise DlinfraError(f"cannot write {out}: {exc.strerror or exc}", "choose another --out") from None
+        raise DlinfraError(f"cannot write {getattr(out, 'name', 'the output')}: {exc.strerror or exc}") from None
     return len(frame)

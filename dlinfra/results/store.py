@@ -16,22 +16,29 @@ import json
 import os
 import re
 import sqlite3
+import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from dlinfra import secrets
 from dlinfra.errors import StoreError
 from dlinfra.record import RunRecord, foreign_shares
+from dlinfra.text import excerpt, plain
 
 #: Bump when tables or columns change; older versions are migrated in place (see ``_MIGRATIONS``),
 #: a store of a newer version is refused.
 STORE_SCHEMA_VERSION = 5
 
 DEFAULT_DB = "dlinfra-results.db"
+#: The first 16 bytes of every SQLite 3 database file.
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+#: ``host=... dbname=...``: libpq's keyword form, which dlinfra does not take (it would be a file name).
+_LIBPQ_KEYWORDS = re.compile(r"^\s*[A-Za-z_]+\s*=")
 
 _TABLES = [
     """CREATE TABLE IF NOT EXISTS meta (
@@ -145,6 +152,38 @@ def redact_url(url: str) -> str:
     return secrets.redact_url(url)
 
 
+#: The tables a dlinfra store holds; a store with any other table is someone else's.
+_OUR_TABLES = frozenset({"meta", "campaigns", "cells", "runs", "targets"})
+
+
+def _plain(path: Path) -> str:
+    return plain(path, 200, tail=True)
+
+
+def _excerpt(value: str) -> str:
+    return excerpt(value, 40)
+
+
+def _names(tables: Iterable[str]) -> str:
+    names = sorted(tables)
+    shown = ", ".join(_excerpt(n).strip("'") for n in names[:5])
+    return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return _excerpt(text.splitlines()[0]).strip("'") if text else type(exc).__name__
+
+
+def _head(path: Path) -> bytes:
+    """The first 16 bytes of a regular file (opened without blocking: it was checked to be one, but may change)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        return os.read(fd, len(_SQLITE_MAGIC))
+    finally:
+        os.close(fd)
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -195,15 +234,27 @@ def _run_row(record: RunRecord, attempt: int, cell: list[RunRecord], contaminate
 class ResultsStore:
     """A results database. Open with :func:`open_store`; use as a context manager."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, write: bool = True) -> None:
+        """Open the store at ``url``. It is checked read-only first (:meth:`_inspect`): a file or database that
+        dlinfra did not write, or wrote in a newer version, is refused before anything is written to it. A
+        reader (``write=False``) never writes, unless an older schema must be migrated."""
         self.url = url
         self.is_postgres = url.startswith(("postgresql://", "postgres://"))
-        self._conn = self._connect()
-        self._ensure_schema()
+        self.path = None if self.is_postgres else Path(url.removeprefix("sqlite:///").removeprefix("sqlite://"))
+        self._conn = self._connect(write)
+        version = self._inspect(write)
+        if write or version != STORE_SCHEMA_VERSION:
+            if not self.is_postgres and version is not None and not write:
+                self._conn.close()
+                self._conn = self._connect(True)  # an older store of ours: migrated in place, once
+            self._ensure_schema()
 
     # -- connection -------------------------------------------------------
 
-    def _connect(self) -> Any:
+    def _where(self) -> str:
+        return redact_url(self.url)
+
+    def _connect(self, write: bool) -> Any:
         if self.is_postgres:
             try:
                 import psycopg
@@ -214,32 +265,108 @@ class ResultsStore:
             except psycopg.Error as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise StoreError(
-                    f"cannot connect to results store {redact_url(self.url)}: {first}",
+                    f"cannot connect to results store {self._where()}: {first}",
                     "check the host, port, user and database in --db",
                 ) from None
-        path = Path(self.url.removeprefix("sqlite:///").removeprefix("sqlite://"))
-        if path.is_dir():
-            raise StoreError(f"results store {path} is a directory", "give --db a file path")
-        if not path.parent.is_dir():
-            raise StoreError(
-                f"cannot create results store {path}: folder {path.parent} does not exist",
-                "create it or choose another --db",
-            )
-        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
-            raise StoreError(f"cannot open results store {path}: permission denied", "choose another --db")
-        if not path.exists() and not os.access(path.parent, os.W_OK):
-            raise StoreError(
-                f"cannot create results store {path}: folder {path.parent} is not writable",
-                "choose another --db",
-            )
+        path = self.path
+        assert path is not None
+        where = _plain(path)
         try:
-            conn = sqlite3.connect(path, timeout=60, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            info = os.stat(path)
+        except FileNotFoundError:
+            info = None
+        except OSError as exc:
+            raise StoreError(
+                f"cannot open results store {where}: {exc.strerror or exc}", "choose another --db"
+            ) from None
+        if info is None:
+            if not write:
+                raise StoreError(
+                    f"results store {where} does not exist",
+                    "run a campaign first ('dlinfra run' or 'dlinfra bench'), or name the store with --db",
+                )
+            if not path.parent.is_dir():
+                raise StoreError(
+                    f"cannot create results store {where}: folder {_plain(path.parent)} does not exist",
+                    "create it or choose another --db",
+                )
+            if not os.access(path.parent, os.W_OK):
+                raise StoreError(
+                    f"cannot create results store {where}: folder {_plain(path.parent)} is not writable",
+                    "choose another --db",
+                )
+        else:
+            if stat.S_ISDIR(info.st_mode):
+                raise StoreError(f"results store {where} is a directory", "give --db a file path")
+            if not stat.S_ISREG(info.st_mode):
+                raise StoreError(f"results store {where} is not a regular file", "give --db a file path")
+            if not os.access(path, os.R_OK | (os.W_OK if write else 0)):
+                raise StoreError(f"cannot open results store {where}: permission denied", "choose another --db")
+            if info.st_size and _head(path) != _SQLITE_MAGIC:
+                raise StoreError(
+                    f"results store {where} is not an SQLite file", "name a store dlinfra wrote, or a new file"
+                )
+        try:
+            if write:
+                conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+            else:  # read-only: a reader never alters the file, nor makes one
+                conn = sqlite3.connect(f"file:{quote(str(path.absolute()))}?mode=ro", uri=True, isolation_level=None)
             conn.execute("PRAGMA busy_timeout=60000")
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open results store {path}: {exc}", "is it an SQLite file?") from None
+            raise StoreError(f"cannot open results store {where}: {exc}", "is it an SQLite file?") from None
         return conn
+
+    def _tables(self) -> set[str]:
+        if self.is_postgres:
+            rows = self._execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+            ).fetchall()
+        else:
+            rows = self._execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        return {r[0] for r in rows if not str(r[0]).startswith("sqlite_")}
+
+    def _inspect(self, write: bool) -> int | None:
+        """The schema version of a store dlinfra wrote, or None for an empty one; read-only.
+
+        Why before any write: a store of another program, or of a newer dlinfra, or altered by hand, is refused
+        exactly as it was found (no table added, no journal mode switched)."""
+        where = self._where()
+        hint = "name a store that dlinfra wrote, or a new file"
+        try:
+            tables = self._tables()
+            if not tables:
+                if not write:
+                    raise StoreError(f"results store {where} holds no results yet", "run a campaign first")
+                return None
+            if "meta" not in tables:
+                raise StoreError(
+                    f"results store {where} is not a dlinfra results store: it holds tables "
+                    f"{_names(tables)} (another program's database?)",
+                    hint,
+                )
+            foreign = tables - _OUR_TABLES
+            if foreign:
+                raise StoreError(f"results store {where} holds tables dlinfra did not make: {_names(foreign)}", hint)
+            row = self._execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except StoreError:
+            raise
+        except (sqlite3.DatabaseError, ValueError) as exc:
+            raise StoreError(f"results store {where} cannot be read: {_first_line(exc)}", hint) from None
+        except Exception as exc:  # psycopg's errors: the driver is imported only for PostgreSQL
+            if not self.is_postgres:
+                raise
+            raise StoreError(f"results store {where} cannot be read: {_first_line(exc)}", hint) from None
+        text = str(row[0]) if row else ""
+        if not re.fullmatch(r"[1-9][0-9]{0,5}", text):
+            shown = "no schema version" if row is None else f"schema version {_excerpt(text)}"
+            raise StoreError(f"results store {where} has {shown}: dlinfra did not write it so", hint)
+        version = int(text)
+        if version > STORE_SCHEMA_VERSION:
+            raise StoreError(
+                f"results store {where} has schema version {version}, this dlinfra reads up to {STORE_SCHEMA_VERSION}",
+                "use the dlinfra version that wrote it, or a new --db",
+            )
+        return version
 
     def close(self) -> None:
         self._conn.close()
@@ -272,6 +399,9 @@ class ResultsStore:
         self._conn.execute("COMMIT")
 
     def _ensure_schema(self) -> None:
+        if not self.is_postgres:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
         try:
             with self._transaction():
                 found = self._schema_version()
@@ -291,14 +421,8 @@ class ResultsStore:
                     )
         except sqlite3.DatabaseError as exc:
             raise StoreError(
-                f"cannot use results store {redact_url(self.url)}: {exc}", "is it an SQLite file written by dlinfra?"
+                f"cannot use results store {self._where()}: {exc}", "is it an SQLite file written by dlinfra?"
             ) from None
-        if found is not None and found != STORE_SCHEMA_VERSION:
-            raise StoreError(
-                f"results store {redact_url(self.url)} has schema version {found}, "
-                f"this dlinfra uses {STORE_SCHEMA_VERSION}",
-                "use the dlinfra version that wrote it, or a new --db",
-            )
 
     def _schema_version(self) -> int | None:
         """The stored schema version, or None for a new store."""
@@ -460,17 +584,32 @@ class ResultsStore:
             "FROM targets WHERE campaign_id = ? ORDER BY layer, target",
             (campaign_id,),
         )
-        return [
-            {**{k: v for k, v in r.items() if k != "metadata_json"}, "metadata": json.loads(r["metadata_json"])}
-            for r in rows
-        ]
+        return [{k: v for k, v in r.items() if k != "metadata_json"} for r in rows]
 
     # -- reads ------------------------------------------------------------
 
     def _dicts(self, statement: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        """Rows as dicts; each ``NAME_json`` column is decoded into ``NAME`` as well (stored JSON is data:
+        text that is not JSON is refused naming its row, not a crash)."""
         cursor = self._execute(statement, params)
         names = [d[0] for d in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        for name in (n for n in names if n.endswith("_json")):
+            for row in rows:
+                row[name.removesuffix("_json")] = self._decode(row, name)
+        return rows
+
+    def _decode(self, row: dict[str, Any], column: str) -> Any:
+        try:
+            return json.loads(row[column])
+        except (TypeError, ValueError, RecursionError) as exc:
+            at = " ".join(
+                f"{key} {_excerpt(str(row[key]))}" for key in ("campaign_id", "cell_hash", "repeat") if key in row
+            )
+            raise StoreError(
+                f"results store {self._where()}: {at}: {column} is not valid JSON ({_first_line(exc)})",
+                "the store was altered outside dlinfra: restore it from a copy, or leave that campaign out",
+            ) from None
 
     def campaigns(self) -> list[dict[str, Any]]:
         """Every campaign with counts of cells (latest attempts), failed cells, failed attempts, contaminated cells
@@ -515,15 +654,15 @@ class ResultsStore:
         raise StoreError(f"no campaign {campaign!r} in {redact_url(self.url)}", "see 'dlinfra results list'")
 
     def campaign_spec(self, campaign_id: str) -> dict[str, Any]:
-        row = self._execute("SELECT spec_json FROM campaigns WHERE campaign_id = ?", (campaign_id,)).fetchone()
-        return json.loads(row[0]) if row else {}
+        rows = self._dicts("SELECT campaign_id, spec_json FROM campaigns WHERE campaign_id = ?", (campaign_id,))
+        return rows[0]["spec"] if rows else {}
 
     def cells(self, campaign_id: str | None = None, *, all_attempts: bool = False) -> list[dict[str, Any]]:
         """Cell x repeat rows: the latest attempt of each (the successful one, if any), or every attempt."""
         where, params = _where(campaign_id, all_attempts)
         rows = self._dicts(f"SELECT * FROM cells x {where} ORDER BY started_utc, cell_hash, repeat, attempt", params)
         for row in rows:
-            row["config"] = json.loads(row.pop("config_json"))
+            del row["config_json"]
         return rows
 
     def done_cells(self, campaign_id: str) -> set[tuple[str, int]]:
@@ -534,7 +673,8 @@ class ResultsStore:
         return {(r[0], r[1]) for r in rows}
 
     def runs(self, campaign_id: str | None = None, *, all_attempts: bool = False) -> list[dict[str, Any]]:
-        """Run rows as dicts (``record_json`` included) in a stable order, of the latest attempts by default."""
+        """Run rows as dicts (``record_json`` and its decoded ``record`` included) in a stable order, of the latest
+        attempts by default."""
         where, params = _where(campaign_id, all_attempts)
         return self._dicts(
             f"SELECT * FROM runs x {where} "
@@ -543,7 +683,7 @@ class ResultsStore:
         )
 
     def records(self, campaign_id: str | None = None) -> list[RunRecord]:
-        return [RunRecord.from_json(row["record_json"]) for row in self.runs(campaign_id)]
+        return [RunRecord.from_dict(row["record"]) for row in self.runs(campaign_id)]
 
 
 #: SQL condition (on alias ``x`` of cells or runs): the row belongs to the latest attempt of its cell x repeat.
@@ -567,13 +707,26 @@ _MIGRATIONS = {
 }
 
 
-def open_store(url: str | None = None) -> ResultsStore:
-    """Open (creating if needed) the store named by ``url``, ``$DLINFRA_DB`` or the default file."""
-    url = url or os.environ.get("DLINFRA_DB") or DEFAULT_DB
+def open_store(url: str | None = None, *, write: bool = True, source: str = "--db") -> ResultsStore:
+    """Open the store named by ``url``, ``$DLINFRA_DB`` or the default file.
+
+    ``write``: a command that stores results (``run``, ``bench``) may create the store; a reader (``report``,
+    ``results``, ``compare``) opens an existing one read-only. ``source`` names where ``url`` came from in errors.
+    """
+    if url is None and "DLINFRA_DB" in os.environ:
+        url, source = os.environ["DLINFRA_DB"], "DLINFRA_DB"
+    url = DEFAULT_DB if url is None else url
+    hint = "use a file path, sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
+    if not url.strip():
+        raise StoreError(f"{source} is empty", hint)
+    if len(url) > 4096 or not url.isprintable():
+        raise StoreError(f"{source} {_excerpt(redact_url(url))} is not a path or URL (control characters)", hint)
+    if "://" not in url and _LIBPQ_KEYWORDS.match(url):
+        raise StoreError(
+            f"{source} looks like a libpq keyword string (host=... dbname=...), which dlinfra does not take",
+            "write it as postgresql://USER@HOST:PORT/DB, with the password in PGPASSWORD or ~/.pgpass",
+        )
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in ("", "sqlite", "postgresql", "postgres"):
-        raise StoreError(
-            f"unsupported results store URL {redact_url(url)!r}",
-            "use a file path, sqlite:///PATH or postgresql://USER@HOST:PORT/DB",
-        )
-    return ResultsStore(url)
+        raise StoreError(f"{source}: unsupported results store URL {_excerpt(redact_url(url))}", hint)
+    return ResultsStore(url, write=write)

@@ -35,6 +35,8 @@ import yaml
 
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.payload.cpuset import format_cpuset
+from dlinfra.safe_yaml import read_text
+from dlinfra.text import plain
 
 DEFAULT_NAME = "dlinfra"
 #: /24s are tried from here upwards until one clashes with no route or address on this machine.
@@ -103,9 +105,21 @@ class TestbedState:
 
     @classmethod
     def load(cls, path: Path) -> TestbedState:
-        data = json.loads(path.read_text())
-        data["hosts"] = [HostState(**h) for h in data.get("hosts", [])]
-        return cls(**data)
+        """The state a ``testbed up`` saved; read within bounds (a link to /dev/zero, a deep nesting, another
+        shape are one error naming the file: it is data, whoever wrote it)."""
+        hint = "dlinfra did not write it so: remove its folder by hand"
+        text = read_text(path, "testbed state file", STATE_MAX_BYTES, hint)
+        where = plain(path, 200, tail=True)
+        try:
+            data = json.loads(text)
+            data["hosts"] = [HostState(**h) for h in data.get("hosts", [])]
+            return cls(**data)
+        except (ValueError, RecursionError, TypeError, AttributeError, KeyError) as exc:
+            raise DlinfraError(f"testbed state file {where} is not valid ({type(exc).__name__})", hint) from None
+
+
+#: A testbed's state file holds a few hosts' names, addresses and paths.
+STATE_MAX_BYTES = 1 << 20
 
 
 def _run(args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -211,14 +225,9 @@ class LocalTestbed:
     # -- reading ------------------------------------------------------------
 
     def state(self) -> TestbedState | None:
-        if not self.state_file.exists():
+        if not self.state_file.exists() and not self.state_file.is_symlink():
             return None
-        try:
-            return TestbedState.load(self.state_file)
-        except (OSError, ValueError, TypeError) as exc:
-            raise DlinfraError(
-                f"testbed state {self.state_file} is unreadable: {exc}", "remove the folder by hand"
-            ) from None
+        return TestbedState.load(self.state_file)
 
     def status(self) -> dict[str, Any]:
         """What exists, host by host: netns, sshd, SSH port answering."""
@@ -738,8 +747,8 @@ def all_testbeds() -> list[TestbedState]:
         for path in sorted(root.glob("*/state.json")):
             try:
                 found.append(TestbedState.load(path))
-            except (OSError, ValueError, TypeError):
-                continue
+            except DlinfraError:
+                continue  # not one of ours: 'dlinfra testbed status --name' says what is wrong with it
     return found
 
 

@@ -20,7 +20,7 @@ from dlinfra.providers.containers.run import (
 
 def test_a_bad_cpuset_is_named_with_its_host() -> None:
     with pytest.raises(DlinfraError, match="host h1: cpuset 'a-b' is not a CPU set"):
-        Resources(cpuset="a-b").validate("h1")
+        Resources(cpuset="a-b").validate("host h1")
 
 
 def test_spread_is_one_container_per_process_and_pack_one_per_host() -> None:
@@ -118,15 +118,15 @@ def test_inventory_of_the_container_playbooks() -> None:
 
 def test_bad_resource_values_name_host_and_field() -> None:
     with pytest.raises(DlinfraError, match="host h1: cpus \\(CPU quota\\) -1"):
-        Resources(cpus=-1).validate("h1")
+        Resources(cpus=-1).validate("host h1")
     with pytest.raises(DlinfraError, match="host h1: memory limit 10 bytes"):
-        Resources(memory_bytes=10).validate("h1")
+        Resources(memory_bytes=10).validate("host h1")
     with pytest.raises(DlinfraError, match="host h1: memory_bytes '2g' must be an integer"):
-        Resources(memory_bytes="2g").validate("h1")  # type: ignore[arg-type]
+        Resources(memory_bytes="2g").validate("host h1")  # type: ignore[arg-type]
     with pytest.raises(DlinfraError, match="host h1: cpus \\(CPU quota\\) 'two'"):
-        Resources(cpus="two").validate("h1")  # type: ignore[arg-type]
+        Resources(cpus="two").validate("host h1")  # type: ignore[arg-type]
     with pytest.raises(DlinfraError, match="host h1: gpus 'many'"):
-        Resources(gpus="many").validate("h1")
+        Resources(gpus="many").validate("host h1")
 
 
 def test_split_lock_separates_dlinfra_from_third_party() -> None:

@@ -13,6 +13,7 @@ from records import make_record
 from support import need, run_cli
 
 from dlinfra import __version__
+from dlinfra.errors import StoreError
 from dlinfra.results.store import CellOutcome, open_store
 
 COMMANDS = ["testbed", "run", "bench", "results", "report"]
@@ -91,7 +92,11 @@ def read_only_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_unwritable_path_is_one_line(read_only_dir: Path) -> None:
-    assert_one_line_error(run_cli("--db", str(read_only_dir / "r.db"), "results", "list"), "not writable")
+    """A reader names a missing store (and makes none); a writer names the folder it cannot write."""
+    assert_one_line_error(run_cli("--db", str(read_only_dir / "r.db"), "results", "list"), "does not exist")
+    with pytest.raises(StoreError, match="is not writable"):
+        open_store(str(read_only_dir / "r.db"), write=True)
+    assert not (read_only_dir / "r.db").exists()
 
 
 def test_a_bad_flag_is_one_line() -> None:

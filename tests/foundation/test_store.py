@@ -221,7 +221,7 @@ def test_a_store_of_another_schema_version_is_refused(tmp_path: Path) -> None:
     open_store(str(path)).close()
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
-    with pytest.raises(StoreError, match=f"schema version 999, this dlinfra uses {STORE_SCHEMA_VERSION}"):
+    with pytest.raises(StoreError, match=f"schema version 999, this dlinfra reads up to {STORE_SCHEMA_VERSION}"):
         open_store(str(path))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -12,7 +13,8 @@ from support import REPO
 from dlinfra.errors import SpecError, TargetError
 from dlinfra.inventory import MAX_HOSTS, _run_bounded, check_inventory_files
 from dlinfra.orchestration.spec import load_spec
-from dlinfra.safe_yaml import Limits, excerpt, load
+from dlinfra.safe_yaml import Limits, load
+from dlinfra.text import bounded, excerpt, printable
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "campaigns").glob("*.yml")), ids=lambda p: p.name)
@@ -40,17 +42,21 @@ def test_inventory_anchors_and_merge_keys_are_fine_and_their_secrets_known(tmp_p
     assert check_inventory_files(inv) == {"PW-from-anchor"}
 
 
-def test_a_folder_inventory_checks_group_vars_and_skips_scripts(tmp_path: Path) -> None:
+def test_a_folder_inventory_checks_group_vars_and_refuses_scripts_unless_allowed(tmp_path: Path) -> None:
     (tmp_path / "hosts.ini").write_text("[gpu]\nnode1 ansible_host=10.0.0.1 ansible_password=PW-in-ini\n")
     script = tmp_path / "cloud.py"
     script.write_text("#!/usr/bin/env python3\nprint('{}')  # a dynamic inventory: Ansible runs it\n")
     script.chmod(0o755)
     (tmp_path / "README.md").write_text("Ansible skips this ; |\n")
+    with pytest.raises(SpecError, match=r"cloud\.py is executable.*--allow-inventory-code"):
+        check_inventory_files(tmp_path)
+    assert check_inventory_files(tmp_path, allow_code=True) == {"PW-in-ini"}
+    script.unlink()
     assert check_inventory_files(tmp_path) == {"PW-in-ini"}
     (tmp_path / "group_vars").mkdir()
     (tmp_path / "group_vars" / "gpu.yml").write_text("dlinfra_cpus: '0-3'\ndlinfra_cpus: '4-7'\n")
     with pytest.raises(SpecError, match=r"group_vars/gpu\.yml:2: dlinfra_cpus: duplicate key 'dlinfra_cpus'"):
-        check_inventory_files(tmp_path)
+        check_inventory_files(tmp_path, allow_code=True)
 
 
 def test_a_large_real_inventory_is_checked_quickly(tmp_path: Path) -> None:
@@ -92,3 +98,18 @@ def test_ansible_inventory_is_bounded_in_time_and_output() -> None:
     with pytest.raises(TargetError, match="wrote more than 1 MiB and was stopped"):
         _run_bounded(["yes"], env, 10, 1 << 20)
     assert _run_bounded(["echo", "ok"], env, 10, 1 << 20) == (0, b"ok\n", b"")
+
+
+def test_printable_makes_terminal_controls_visible_and_keeps_json_valid() -> None:
+    hostile = "demo\x1b]0;owned\x07\x1b[2J\u202egnp.exe\x9b"
+    shown = printable(hostile)
+    assert not any(c in shown for c in "\x1b\x07\u202e\x9b")
+    assert "\\u001b]0;owned\\u0007" in shown and "\\u202e" in shown
+    assert json.loads(f'"{printable(json.dumps(hostile, ensure_ascii=False)[1:-1])}"') == hostile
+    assert printable("line one\nline two\ttab") == "line one\nline two\ttab"
+
+
+def test_bounded_keeps_a_message_short_its_start_and_its_hint() -> None:
+    line = bounded("spec.yml:3: field: " + "x" * 100_000 + " (the hint)")
+    assert len(line) <= 501 and line.startswith("spec.yml:3: field:") and line.endswith("(the hint)")
+    assert bounded("a\nb") == "a b"

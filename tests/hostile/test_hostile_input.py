@@ -1,102 +1,18 @@
-"""Hostile input through the real ``dlinfra`` command: refused fast, in bounded memory, in one line, leaving nothing.
-
-Each case writes its hostile file(s) into a folder of inputs (megabyte files are made here, never committed),
-then runs the installed ``dlinfra`` in a fresh empty working folder, with no ``DLINFRA_DB``, under a 2 GiB
-address-space limit, and asserts: a non-zero exit within 2 s; stderr exactly one line ``dlinfra: error: ...``
-naming the file and field at fault; no traceback; nothing created in the working folder (no results store),
-the inputs folder or HOME; no planted secret in any output; no ``pwned`` file from an injected command.
-"""
+"""Hostile input through the real ``dlinfra`` command, first round: size, structure, encoding, file kinds, YAML
+tags, injection, ranges, credentials, flags. Refused fast, in bounded memory, in one line, leaving nothing (the
+bounds are those of :mod:`hostile_support`)."""
 
 from __future__ import annotations
 
 import os
 import random
-import resource
-import subprocess
-import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hostile_support import INVENTORY, SECRET, SPEC, Case, argv, edit, inventory, run_case, spec, write
 
 pytestmark = pytest.mark.timeout(60)
-
-DLINFRA = Path(sys.executable).parent / "dlinfra"
-SECRET = "s3cretPW"
-WALL_S = 2.0
-ADDRESS_SPACE = 2 << 30
-MAX_RSS = 400 << 20
-MAX_LINE = 600  # the error line: paths, field, at most ~80 characters of the value, a hint
-
-INVENTORY = "all:\n  hosts:\n    node1:\n      ansible_host: 127.0.0.1\n"
-SPEC = """\
-name: hostile
-description: a campaign spec under attack
-inventory: hosts.yml
-layers: [bm]
-repeats: 1
-warmup_steps: 1
-steps: 5
-cell_timeout: 60
-matrix:
-  batch_size: [64]
-workloads:
-  - name: mnist-dnn
-    hosts: [node1]
-    matrix: {mode: [single]}
-"""
-
-
-@dataclass
-class Case:
-    """``build(inputs)`` writes the hostile files and returns the command's arguments."""
-
-    id: str
-    build: Callable[[Path], list[str]]
-    #: Substrings of the error line: the file, the field, the value's excerpt.
-    needles: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-
-
-def write(path: Path, content: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
-    return path
-
-
-def spec(text: str | bytes | Callable[[], str | bytes], *extra: str, inventory: str = INVENTORY) -> Callable:
-    """A run of the spec ``text`` (next to a good inventory ``hosts.yml``), with ``extra`` arguments."""
-
-    def build(inputs: Path) -> list[str]:
-        write(inputs / "hosts.yml", inventory)
-        content = text() if callable(text) else text
-        return ["run", str(write(inputs / "spec.yml", content)), *extra]
-
-    return build
-
-
-def edit(old: str, new: str) -> str:
-    assert old in SPEC, old
-    return SPEC.replace(old, new, 1)
-
-
-def inventory(text: str | bytes, name: str = "hosts.yml") -> Callable:
-    """A run of the good spec against the inventory ``text``."""
-
-    def build(inputs: Path) -> list[str]:
-        write(inputs / name, text)
-        return ["run", str(write(inputs / "spec.yml", SPEC.replace("hosts.yml", name)))]
-
-    return build
-
-
-def argv(*args: str) -> Callable:
-    return lambda inputs: list(args)
 
 
 def laughs(levels: int = 9) -> str:
@@ -231,7 +147,7 @@ CASES = [
     Case(
         "shell-in-inventory-host",
         inventory(INVENTORY.replace("node1:", "'`touch pwned`':")),
-        ("hosts.yml:3:", "is not a valid host name"),
+        ("hosts.yml:3:", "a host name is not valid (it holds '`')"),
     ),
     Case(
         "shell-in-ansible-host",
@@ -342,74 +258,6 @@ CASES = [
 ]
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-
-
-def _tree(root: Path) -> dict[str, bytes | None]:
-    """Every path under ``root`` with its content (None for folders and anything not a plain file)."""
-    out: dict[str, bytes | None] = {}
-    for path in sorted(root.rglob("*")):
-        plain = path.is_file() and not path.is_symlink()
-        out[str(path.relative_to(root))] = path.read_bytes() if plain and path.stat().st_size < 1 << 20 else None
-    return out
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_hostile_input_is_refused_fast_in_one_line_leaving_nothing(case: Case, tmp_path: Path) -> None:
-    inputs, work, home = tmp_path / "inputs", tmp_path / "work", tmp_path / "home"
-    for folder in (inputs, work, home):
-        folder.mkdir()
-    args = case.build(inputs)
-    before = set(_tree(inputs))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DLINFRA_", "ANSIBLE_"))}
-    env.update(
-        HOME=str(home),
-        PATH=f"{DLINFRA.parent}{os.pathsep}{env.get('PATH', '')}",
-        DLINFRA_CACHE=str(home / "cache"),
-        COLUMNS="200",
-        **case.env,
-    )
-    out, err = tmp_path / "stdout", tmp_path / "stderr"
-    with out.open("wb") as o, err.open("wb") as e:
-        started = time.monotonic()
-        proc = subprocess.Popen(
-            [str(DLINFRA), *args], cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=o, stderr=e,
-            preexec_fn=_limit_memory, start_new_session=True,
-        )  # fmt: skip
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            elapsed = time.monotonic() - started
-            if pid:
-                break
-            if elapsed > WALL_S + 3:
-                os.killpg(proc.pid, 9)
-                os.wait4(proc.pid, 0)
-                proc.returncode = -9
-                pytest.fail(f"still running after {elapsed:.1f} s")
-            time.sleep(0.005)
-    proc.returncode = code = os.waitstatus_to_exitcode(status)
-    stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
-
-    assert elapsed < WALL_S, f"took {elapsed:.2f} s: {stderr[:300]}"
-    assert usage.ru_maxrss * 1024 < MAX_RSS, f"{usage.ru_maxrss // 1024} MiB resident"
-    assert code != 0, stdout[:300]
-    assert "Traceback" not in stderr and "MemoryError" not in stderr, stderr[-2000:]
-    lines = stderr.splitlines()
-    assert len(lines) == 1, stderr[:2000]
-    line = lines[0]
-    assert line.startswith("dlinfra: error: "), line[:300]
-    assert len(line) <= MAX_LINE, f"{len(line)} characters: {line[:300]}…"
-    assert "unexpected" not in line, line
-    for needle in case.needles:
-        assert needle in line, f"{needle!r} not in {line!r}"
-    assert stdout == ""
-    assert SECRET not in stdout and SECRET not in stderr
-    assert list(work.iterdir()) == [], "the working folder must stay empty (no results store)"
-    assert set(_tree(inputs)) == before, "nothing may be created next to the inputs"
-    assert {p.name for p in home.iterdir()} <= {".ansible"}, "nothing but Ansible's own folder in HOME"
-    for root in (work, inputs, home):
-        for name, content in _tree(root).items():
-            assert "pwned" not in Path(name).name, f"{root / name}: an injected command ran"
-            if root is not inputs:
-                assert content is None or SECRET.encode() not in content, f"{root / name} holds the secret"
+    run_case(case, tmp_path)

@@ -3,7 +3,6 @@ processes ran and on which CPUs is read back from the stored records, not from t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -31,8 +30,8 @@ def test_sync_spread_and_pack_through_dlinfra_run(deployed, tmp_path: Path) -> N
         frame = runs_frame(store, "pl-it", with_records=True)
     assert (frame["status"] == "ok").all() and set(frame["mode"]) == {"sync"} and set(frame["role"]) == {"worker"}
     placed: dict[str, list[tuple[str, list[int]]]] = {}
-    for text in frame["record_json"]:
-        prov = json.loads(text)["provenance"]
+    for record in frame["record"]:
+        prov = record["provenance"]
         placed.setdefault(prov["cell_config"]["placement"], []).append((prov["physical_host"], prov["cpu_set"]))
     assert sorted(host for host, _ in placed["spread"]) == sorted(hosts)  # one worker per host
     (pack_host,) = {host for host, _ in placed["pack"]}  # both workers on one host...

@@ -8,6 +8,8 @@ import pytest
 from report.resultsets import draws, ten_percent_slower
 from support import run_cli
 
+from dlinfra.results.store import open_store
+
 
 def _one_clear_error(result, *needles: str) -> None:
     assert result.returncode != 0
@@ -19,6 +21,10 @@ def _one_clear_error(result, *needles: str) -> None:
 
 
 def test_empty_store(db_path):
+    _one_clear_error(run_cli("--db", str(db_path), "report"), "does not exist", "dlinfra run")
+    assert not db_path.exists(), "a report never creates a store"
+    with open_store(str(db_path)):
+        pass  # a writer made it, with no campaign yet
     _one_clear_error(run_cli("--db", str(db_path), "report"), "holds no campaigns", "dlinfra run")
 
 

@@ -103,7 +103,7 @@ def role_container(engine: Engine, spec: ContainerSpec) -> dict[str, Any]:
     """One entry of ``payload_container_containers``: the container as the role takes it (checked here first)."""
     if not re.match(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,100}$", spec.name):
         raise DlinfraError(f"container name {spec.name!r} is not valid", "letters, digits, '.', '_', '-'")
-    spec.resources.validate(engine.host)
+    spec.resources.validate(f"host {engine.host}")
     if spec.ports and spec.network.kind != "bridge":
         raise DlinfraError(f"container {spec.name}: ports are published only in bridge mode (got {spec.network})")
     volumes = [f"{spec.results_dir}:{RESULTS_IN_CONTAINER}:rw"] if spec.results_dir else []

@@ -42,7 +42,7 @@ from dlinfra.orchestration.progress import phase
 from dlinfra.orchestration.runs_registry import RunClaim, claim, is_live, is_valid_label, live_runs
 from dlinfra.orchestration.sweep_report import SweepReport
 from dlinfra.payload.cpuset import format_cpuset, split_cpuset
-from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.providers.base import LayerSpec, Provider, Target, check_host_patterns
 from dlinfra.providers.containers import daemons
 from dlinfra.providers.containers.engine import Engine
 from dlinfra.providers.containers.image import VENV, build_payload_image, save_image
@@ -64,7 +64,11 @@ from dlinfra.providers.containers.run import (
 )
 from dlinfra.providers.host_prep import HostToPrepare, controller, prepare
 from dlinfra.providers.ssh.provider import target_from_host
+from dlinfra.text import excerpt, plain
 from dlinfra.transport import ContainerAccess
+
+#: An image reference as the engines take one (``debian:12``, ``registry.lab:5000/team/base@sha256:...``).
+_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}", re.ASCII)
 
 HOME_IN_CONTAINER = "/opt/dlinfra"  # so Target.python is the image's venv: /opt/dlinfra/venv/bin/python
 #: Where a container sees its host's shipped data sets (HOME/datasets there), read-only.
@@ -178,28 +182,43 @@ class ContainerProvider(Provider):
         super().validate(layer, options, where)
         placement = options.get("placement", "spread")
         if placement not in PLACEMENTS:
-            raise SpecError(f"{where}.placement: {placement!r} is not known", f"use one of {', '.join(PLACEMENTS)}")
+            raise SpecError(
+                f"{where}.placement: {excerpt(placement, 40)} is not known", f"use one of {', '.join(PLACEMENTS)}"
+            )
         try:
             NetworkMode.parse(str(options.get("network", "host")))
         except DlinfraError as exc:
             raise SpecError(f"{where}.network: {exc.message}", exc.hint) from None
         n = options.get("processes_per_host", 1)
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise SpecError(f"{where}.processes_per_host: {n!r} must be a positive integer")
-        hosts = options.get("hosts")
-        if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts)):
-            raise SpecError(f"{where}.hosts: must be a list of host patterns (names, groups, all[0])")
+            raise SpecError(f"{where}.processes_per_host: {excerpt(n, 40)} must be a positive integer")
+        check_host_patterns(options, where)
         if placement == "single" and n != 1:
             raise SpecError(f"{where}: placement single runs one process per host", "use spread or pack")
         for key in ("ports_per_container", "port_base"):
             value = options.get(key, 0)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise SpecError(f"{where}.{key}: {value!r} must be a non-negative integer")
+                raise SpecError(f"{where}.{key}: {excerpt(value, 40)} must be a non-negative integer")
+        try:
+            Resources(
+                cpus=options.get("cpus"), memory_bytes=options.get("memory_bytes"), gpus=options.get("gpus")
+            ).validate(where)
+        except DlinfraError as exc:
+            raise SpecError(exc.message, exc.hint) from None
+        base = options.get("base_image")
+        if base is not None and not (isinstance(base, str) and _IMAGE_REF.fullmatch(base)):
+            raise SpecError(f"{where}.base_image: {excerpt(base, 60)} is not an image reference", "e.g. debian:12")
+        wheelhouse = options.get("wheelhouse")
+        if wheelhouse is not None and not (Path(str(wheelhouse)) / "requirements.lock").is_file():
+            raise SpecError(
+                f"{where}.wheelhouse: {plain(wheelhouse, 120, tail=True)} is not a wheelhouse folder",
+                "a folder holding requirements.lock and its wheels",
+            )
         if not isinstance(options.get("keep_images", False), bool):
-            raise SpecError(f"{where}.keep_images: {options['keep_images']!r} must be true or false")
+            raise SpecError(f"{where}.keep_images: {excerpt(options['keep_images'], 40)} must be true or false")
         run_id = options.get("run_id")
         if run_id is not None and not re.match(r"^[a-z0-9][a-z0-9-]{0,30}$", str(run_id)):
-            raise SpecError(f"{where}.run_id: {run_id!r} must be lowercase letters, digits and '-'")
+            raise SpecError(f"{where}.run_id: {excerpt(run_id, 40)} must be lowercase letters, digits and '-'")
 
     @classmethod
     def targets_per_host(cls, options: Mapping[str, Any]) -> int:

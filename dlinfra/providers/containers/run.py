@@ -24,6 +24,7 @@ from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.orchestration.runs_registry import RunClaim
 from dlinfra.payload.cpuset import CpuSetError, format_cpuset, parse_cpuset
 from dlinfra.providers.containers.engine import Engine
+from dlinfra.text import excerpt
 
 RUN_LABEL = "dlinfra.run"
 NETNS_DIR = "/run/netns"
@@ -107,6 +108,9 @@ def role_network(engine: Engine, mode: NetworkMode) -> str:
 
 
 # ---------------------------------------------------------------- resources
+_GPU_LIST = re.compile(r"\d{1,3}(,\d{1,3})*", re.ASCII)
+
+
 @dataclass(frozen=True)
 class Resources:
     """Resource controls as experiment parameters: cpuset, CPU quota (in CPUs), memory limit, GPUs."""
@@ -116,23 +120,29 @@ class Resources:
     memory_bytes: int | None = None
     gpus: str | None = None  # "all", or device indexes "0,1"
 
-    def validate(self, host: str) -> None:
+    def validate(self, where: str) -> None:
+        """Each control as the engines take it; ``where`` (a host, or the spec's ``layer_options.ctr``) leads
+        every message, so a dry run and a bring-up refuse the same values in the same words."""
+        host = where
         if self.cpuset is not None:
             _read_cpuset(self.cpuset, host=host)
         if self.cpus is not None and (
             isinstance(self.cpus, bool) or not isinstance(self.cpus, int | float) or not 0 < self.cpus <= 4096
         ):
-            raise DlinfraError(f"host {host}: cpus (CPU quota) {self.cpus!r} must be a positive number of CPUs")
+            raise DlinfraError(f"{host}: cpus (CPU quota) {excerpt(self.cpus, 40)} must be a positive number of CPUs")
         if self.memory_bytes is not None:
             if isinstance(self.memory_bytes, bool) or not isinstance(self.memory_bytes, int):
                 raise DlinfraError(
-                    f"host {host}: memory_bytes {self.memory_bytes!r} must be an integer number of bytes",
+                    f"{host}: memory_bytes {excerpt(self.memory_bytes, 40)} must be an integer number of bytes",
                     "e.g. 2147483648 for 2 GiB",
                 )
             if self.memory_bytes < 6 * 1024 * 1024:
-                raise DlinfraError(f"host {host}: memory limit {self.memory_bytes!r} bytes is below the engines' 6 MiB")
-        if self.gpus is not None and self.gpus != "all" and not re.match(r"^\d+(,\d+)*$", self.gpus):
-            raise DlinfraError(f"host {host}: gpus {self.gpus!r} must be 'all' or device indexes like 0,1")
+                raise DlinfraError(f"{host}: memory limit {self.memory_bytes} bytes is below the engines' 6 MiB")
+        gpus = self.gpus
+        if gpus is not None and not (
+            isinstance(gpus, str) and (gpus == "all" or re.fullmatch(r"\d{1,3}(,\d{1,3})*", gpus))
+        ):
+            raise DlinfraError(f"{host}: gpus {excerpt(gpus, 40)} must be 'all' or device indexes like 0,1")
 
 
 # ---------------------------------------------------------------- container

@@ -22,7 +22,7 @@ from dlinfra.orchestration.progress import phase
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.host_prep import HostToPrepare, controller, prepare
 from dlinfra.providers.libvirt.provider import LOCAL_URIS, PROVIDER_OPTIONS, LibvirtProvider
-from dlinfra.providers.libvirt.spec import GUEST_FIELDS, GuestSpec
+from dlinfra.providers.libvirt.spec import GUEST_FIELDS, GuestSpec, check_provider_options
 from dlinfra.providers.libvirt.sweeping import discover_libvirt_runs, sweep_libvirt_run
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ class LibvirtVmProvider(Provider):
     @classmethod
     def validate(cls, layer: str, options: Mapping[str, Any], where: str) -> None:
         super().validate(layer, options, where)
+        check_provider_options(dict(options), where)
         guests = options.get("guests")
         if guests is not None and (not isinstance(guests, list) or not all(isinstance(g, dict) for g in guests)):
             raise SpecError(f"{where}.guests: must be a list of mappings", "e.g. guests: [{name: vm1}]")

@@ -57,13 +57,12 @@ from dlinfra.providers.libvirt.network import (
 )
 from dlinfra.providers.libvirt.passthrough import PciDevice, SysfsHost, check_passthrough
 from dlinfra.providers.libvirt.seed import SeedInputs, build_seed_disk, known_hosts_line, make_client_key, make_host_key
-from dlinfra.providers.libvirt.spec import GUEST_FIELDS, GuestSpec
+from dlinfra.providers.libvirt.spec import GUEST_FIELDS, PROVIDER_OPTIONS, GuestSpec, check_provider_options
 
 if TYPE_CHECKING:
     import libvirt
 
 SERIAL_LOG_DIR = "/var/log/libvirt/qemu"
-PROVIDER_OPTIONS = {"uri", "pool", "subnet", "boot_timeout", "cloud_image"}
 LOCAL_URIS = ("qemu:///system", "qemu:///session")
 DEFAULT_POOL = "dlinfra"
 DEFAULT_POOL_PATH = "/var/lib/libvirt/images/dlinfra"
@@ -316,6 +315,7 @@ class LibvirtProvider:
         if not isinstance(raw, list) or not all(isinstance(g, dict) for g in raw):
             raise SpecError("layer_options.vm.guests must be a list of mappings", "e.g. guests: [{name: vm1}]")
         guests = [GuestSpec.from_dict({**defaults, **g}, f"layer_options.vm.guests[{i}]") for i, g in enumerate(raw)]
+        check_provider_options(options, "layer_options.vm")
         if "uri" in options:
             self.uri = str(options["uri"])
         if "pool" in options:

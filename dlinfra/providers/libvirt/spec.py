@@ -7,12 +7,15 @@ request is well formed, so bad input fails before anything touches libvirt.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Literal
 
 from dlinfra.errors import SpecError
 from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
+from dlinfra.text import excerpt, plain
 
 Emulation = Literal["never", "allow", "require"]
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
@@ -141,3 +144,41 @@ class GuestSpec:
 #: The fields a campaign may set on a guest (the dataclass is the single source of truth;
 #: ``extra`` is for callers in code, not for specs).
 GUEST_FIELDS = frozenset(f.name for f in fields(GuestSpec)) - {"extra"}
+
+
+#: The provider settings of ``layer_options.vm`` (besides the guest fields), each with what it must be.
+PROVIDER_OPTIONS = frozenset({"uri", "pool", "subnet", "boot_timeout", "cloud_image"})
+_URI = re.compile(r"[a-z][a-z0-9+]{0,19}://[^\s'\"`$;|&<>]{0,235}", re.ASCII)
+_POOL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", re.ASCII)
+
+
+def check_provider_options(options: dict, where: str) -> None:
+    """``uri``, ``pool``, ``subnet``, ``boot_timeout`` and ``cloud_image`` as a guest bring-up will use them: the
+    one check, run by ``--dry-run`` and by the bring-up alike (a value bring-up refuses never passes a dry run)."""
+    if "uri" in options and not (isinstance(options["uri"], str) and _URI.fullmatch(options["uri"])):
+        raise SpecError(f"{where}.uri: {excerpt(options['uri'], 60)} is not a libvirt URI", "e.g. qemu:///system")
+    if "pool" in options and not (isinstance(options["pool"], str) and _POOL.fullmatch(options["pool"])):
+        raise SpecError(
+            f"{where}.pool: {excerpt(options['pool'], 60)} is not a storage pool name",
+            "letters, digits, '.', '_', '-' (a name, not a path)",
+        )
+    if "subnet" in options:
+        try:
+            net = ipaddress.ip_network(str(options["subnet"]))
+        except ValueError:
+            raise SpecError(
+                f"{where}.subnet: {excerpt(options['subnet'], 60)} is not a network", "e.g. 10.214.7.0/24"
+            ) from None
+        if net.version != 4 or not 16 <= net.prefixlen <= 29:
+            raise SpecError(f"{where}.subnet: {net} must be an IPv4 network of /16 to /29")
+    if "boot_timeout" in options:
+        value = options["boot_timeout"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 86_400:
+            raise SpecError(f"{where}.boot_timeout: {excerpt(value, 40)} must be 1 to 86400 seconds")
+    if options.get("cloud_image") is not None:
+        path = Path(str(options["cloud_image"])).expanduser()
+        if not path.is_file():  # a device (/dev/urandom) or a folder is not an image
+            raise SpecError(
+                f"{where}.cloud_image: {plain(path, 200, tail=True)} is not a file",
+                "give the path of a qcow2 or raw cloud image",
+            )

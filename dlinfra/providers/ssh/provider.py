@@ -12,13 +12,16 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
-from dlinfra.errors import SpecError, TargetError
+from dlinfra.errors import TargetError
 from dlinfra.inventory import InventoryHost, check_resolvable, match_pattern
-from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
+from dlinfra.providers.base import LayerSpec, Provider, Target, check_host_patterns
 from dlinfra.transport import SshTransport
 
 #: One constant script (no inventory value is ever put in it): home, CPUs, memory, hostname.
-_FACTS = 'echo "$HOME"; getconf _NPROCESSORS_ONLN; grep MemTotal /proc/meminfo; uname -n'
+#: Home, online CPUs (a cpuset list: a host with an offline CPU has a gap, which a count would hide), memory,
+#: host name: one line each.
+_FACTS = 'echo "$HOME"; cat /sys/devices/system/cpu/online; grep MemTotal /proc/meminfo; uname -n'
 
 
 def target_from_host(host: InventoryHost, layer: str = "bm") -> Target:
@@ -55,13 +58,16 @@ def read_facts(target: Target) -> Target:
         link.close()
     if not result.ok:
         raise TargetError(f"host {target.name}: cannot read facts: {result.stderr.strip()[:200]}")
-    home, nproc, mem, hostname = ([*result.stdout.splitlines(), "", "", "", ""])[:4]
+    home, online, mem, hostname = ([*result.stdout.splitlines(), "", "", "", ""])[:4]
     if target.home.startswith("~"):
         target.home = home + target.home[1:]
     elif not target.home.startswith("/"):
         target.home = f"{home}/{target.home}"
-    if not target.cpu_set and nproc.strip().isdigit():
-        target.cpu_set = list(range(int(nproc)))
+    if not target.cpu_set and online.strip():
+        try:
+            target.cpu_set = list(parse_cpuset(online.strip()))
+        except CpuSetError:
+            raise TargetError(f"host {target.name}: its online CPUs read {online.strip()[:60]!r}") from None
     if target.memory_bytes is None and mem.split()[1:2]:
         target.memory_bytes = int(mem.split()[1]) * 1024
     target.details.setdefault("hostname", hostname.strip())
@@ -80,9 +86,7 @@ class SshProvider(Provider):
     @classmethod
     def validate(cls, layer: str, options: Mapping[str, Any], where: str) -> None:
         super().validate(layer, options, where)
-        hosts = options.get("hosts")
-        if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts)):
-            raise SpecError(f"{where}.hosts: must be a list of host patterns (names, groups, all[0])")
+        check_host_patterns(options, where)
 
     def create(self, spec: LayerSpec) -> list[Target]:
         hosts = [h for h in spec.hosts if self.layer in h.layers]
