@@ -484,6 +484,8 @@ def load_inventory(source: str | Path, *, allow_code: bool = False) -> list[Inve
         )
     except FileNotFoundError:
         raise TargetError("ansible-inventory is not installed", "pip install 'dlinfra[controller]'") from None
+    except TargetError as exc:  # the bound: name the inventory it was reading
+        raise SpecError(f"inventory {where}: {exc.message}", exc.hint) from None
     stderr = raw_err.decode("utf-8", "replace")
     if code != 0:
         first = next((ln for ln in stderr.splitlines() if ln.strip()), "no message")

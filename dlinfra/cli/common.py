@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from dlinfra import secrets
 from dlinfra.errors import DlinfraError
 from dlinfra.results.store import ResultsStore, open_store
 from dlinfra.text import plain, printable
@@ -30,9 +31,9 @@ err_console = Console(stderr=True, width=_width(sys.stderr))
 
 
 def shown(value: object) -> str:
-    """Stored or given text as a Rich table cell or line shows it: markup escaped, terminal controls made
-    visible (a campaign name is data, never a command to the terminal)."""
-    return escape(printable(str(value)))
+    """Stored or given text as a Rich table cell or line shows it: secrets masked by value, markup escaped,
+    terminal controls made visible (a campaign name is data, never a command to the terminal)."""
+    return escape(printable(secrets.redact(str(value))))
 
 
 def store_from(ctx: click.Context, *, write: bool = False) -> ResultsStore:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.markup import escape
 from rich.table import Table
 
-from dlinfra.cli.common import console, err_console, store_from
+from dlinfra.cli.common import console, err_console, shown, store_from
 from dlinfra.orchestration.cells import Cell
 from dlinfra.orchestration.spec import RunInput
 
@@ -112,7 +111,7 @@ def run(
     for s in result.ran:
         elapsed = s.run.payload_elapsed_s
         share = s.verdict.foreign_share if s.verdict is not None else None
-        status = "ok" if s.run.status == "ok" else f"[red]failed[/red]: {escape(s.run.failure_reason or '')}"
+        status = "ok" if s.run.status == "ok" else f"[red]failed[/red]: {shown(s.run.failure_reason or '')}"
         if s.run.status == "ok" and s.verdict is not None and s.verdict.contaminated:
             status = "[yellow]contaminated[/yellow]"
         table.add_row(
@@ -127,7 +126,7 @@ def run(
     if result.ran:
         console.print(table)
     for failure in result.layer_failures:
-        console.print(f"[red]{escape(str(failure))}[/red]")
+        console.print(f"[red]{shown(str(failure))}[/red]")
     ok = len(result.ran) - len(result.failed)
     retry = f"; retry the failed cells with 'dlinfra run {spec} --resume'" if result.failed else ""
     console.print(
@@ -136,7 +135,7 @@ def run(
         + (" — interrupted; stored cells are kept, rerun with --resume" if result.interrupted else retry)
     )
     if result.stopping:
-        console.print(f"repeats: {escape(result.stopping)}")
+        console.print(f"repeats: {shown(result.stopping)}")
     contaminated = [s for s in result.ran if s.run.status == "ok" and s.verdict is not None and s.verdict.contaminated]
     if contaminated or result.contaminated_attempts:
         console.print(
@@ -167,13 +166,13 @@ def _dry_run(checked: RunInput, cells: list[Cell]) -> int:
         c = cell.config
         hosts = c.get("host") or ", ".join(c.get("hosts", []))
         config = " ".join(f"{k}={v}" for k, v in sorted(c.items()) if k not in _OWN_COLUMNS)
-        table.add_row(str(i), cell.layer, cell.provider, cell.workload, escape(str(hosts)), escape(config))
+        table.add_row(str(i), cell.layer, cell.provider, cell.workload, shown(str(hosts)), shown(config))
     console.print(table)
     repeats = f"{spec.repeats} repeat(s) = {len(cells) * spec.repeats}"
     if spec.adaptive is not None:
-        repeats = f"up to {spec.repeats} repeat(s) ({escape(str(spec.adaptive))}) = up to {len(cells) * spec.repeats}"
+        repeats = f"up to {spec.repeats} repeat(s) ({shown(str(spec.adaptive))}) = up to {len(cells) * spec.repeats}"
     console.print(
         f"{len(cells)} cell(s) x {repeats} run(s) on inventory "
-        f"{escape(str(checked.inventory_path))}; dry run: nothing was built, provisioned or stored"
+        f"{shown(str(checked.inventory_path))}; dry run: nothing was built, provisioned or stored"
     )
     return 0

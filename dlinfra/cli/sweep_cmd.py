@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 from rich.table import Table
 
-from dlinfra.cli.common import console
+from dlinfra.cli.common import console, shown
 
 
 @click.command(
@@ -52,14 +51,14 @@ def sweep(run_label: str | None, campaign: str | None, all_runs: bool, dry_run: 
     include: bool | str = False if testbed is None else (True if testbed == "*" else testbed)
     report = do_sweep(run_label, campaign=campaign, include_testbed=include, dry_run=dry_run)
     for message in report.skipped:
-        console.print(f"kept: {escape(message)}")
+        console.print(f"kept: {shown(message)}")
     if report.empty:
         console.print("nothing to sweep")
     else:
         verb = "would remove" if dry_run else "removed"
         table = Table("kind", "count", verb, title=f"sweep: {report.summary()}")
         for kind, items in report.by_kind():
-            table.add_row(kind, str(len(items)), escape("\n".join(items)))
+            table.add_row(kind, str(len(items)), shown("\n".join(items)))
         console.print(table)
     for message in report.errors:
         click.echo(f"dlinfra: sweep: {message}", err=True)

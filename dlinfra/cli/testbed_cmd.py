@@ -9,10 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import click
-from rich.markup import escape
 from rich.table import Table
 
-from dlinfra.cli.common import console
+from dlinfra.cli.common import console, shown
 from dlinfra.text import excerpt
 
 #: The most hosts one testbed may have: each is a network namespace with its own sshd on this machine.
@@ -137,7 +136,7 @@ def down(name: str, dry_run: bool) -> None:
         return
     table = Table("kind", "count", "would remove" if dry_run else "removed", title=f"testbed {name}")
     for kind, items in removed.items():
-        table.add_row(kind, str(len(items)), escape("\n".join(items)))
+        table.add_row(kind, str(len(items)), shown("\n".join(items)))
     console.print(table)
     console.print(f"testbed {name} {'would be removed (dry run)' if dry_run else 'removed'}")
 

@@ -217,6 +217,13 @@ CASES = [
         {"OS_CLIENT_CONFIG_FILE": "{inputs}/clouds.yaml"},
     ),
     Case(
+        "env-secret-in-dry-run-table",
+        spec(edit("mode: [single]", f"mode: [single], data: [/srv/data/{SECRET}x/mnist]"), "--dry-run"),
+        ("data=/srv/data/***/mnist",),
+        {"API_TOKEN": f"{SECRET}x"},
+        ok=True,
+    ),
+    Case(
         "env-secret-in-name",
         spec(edit("name: hostile", f"name: 'x {SECRET}x'")),
         ("spec.yml:1: name:",),

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from support import need_binary
 
+from dlinfra.orchestration.runs_registry import claim
 from dlinfra.providers.libvirt.domain import DomainPlan, domain_vars, vcpu_pins
-from dlinfra.providers.libvirt.network import network_vars, pick_subnet, plan_network
+from dlinfra.providers.libvirt.network import SUBNET_KIND, network_vars, pick_subnet, plan_network, subnet_choice
 from dlinfra.providers.libvirt.spec import GuestSpec, PciAddress
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
@@ -241,3 +242,22 @@ def test_ssh_is_overdue_only_a_while_after_the_login_prompt(tmp_path: Path) -> N
     assert watch.login_seen_at is not None and watch.login_seen_at >= before
     assert not ssh_overdue(watch, now=watch.login_seen_at + SSH_AFTER_LOGIN_S - 1)
     assert ssh_overdue(watch, now=watch.login_seen_at + SSH_AFTER_LOGIN_S)
+
+
+def test_a_picked_run_subnet_is_reserved_for_other_runs_until_its_run_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two bring-ups at once (two campaigns, two test workers) once picked the same /24 ("Network is already in
+    use"): the pick is recorded in the run's state file under a lock, and later picks leave it alone."""
+    monkeypatch.setenv("DLINFRA_CACHE", str(tmp_path))
+    run = claim("r1a2b3c4d", "libvirt", uri="qemu:///system")
+    with subnet_choice() as reserved:
+        assert reserved == []
+        first = plan_network("r1a2b3c4d", ["vm1"], reserved).subnet
+        run.add(SUBNET_KIND, key="subnet", subnet=str(first))
+    with subnet_choice() as reserved:
+        assert reserved == [first]
+        assert plan_network("r5e6f7a8b", ["vm1"], reserved).subnet != first
+    run.release()
+    with subnet_choice() as reserved:
+        assert reserved == [], "a run that is gone reserves nothing"

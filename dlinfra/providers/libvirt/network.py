@@ -9,15 +9,19 @@ plan is made here; the ``libvirt_guest`` role defines and starts the network
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import ipaddress
 import json
 import subprocess
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlinfra.errors import TargetError
+from dlinfra.orchestration.runs_registry import recorded_objects, runs_dir
 
 if TYPE_CHECKING:
     import libvirt
@@ -102,6 +106,32 @@ def pick_subnet(taken: list[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
         f"no free /24 left in {POOL} for a run network",
         "tear down old runs: their networks are the dlinfra-r* ones in virsh net-list --all",
     )
+
+
+#: The kind of the run-registry entry that reserves a run network's subnet from its pick until its down.
+SUBNET_KIND = "libvirt-subnet"
+
+
+@contextlib.contextmanager
+def subnet_choice() -> Iterator[list[ipaddress.IPv4Network]]:
+    """Hold this machine's lock on picking a run network's /24, and yield the subnets other runs reserved.
+
+    Why: the network is made by the up playbook, seconds after the pick. Two campaigns (or two test workers)
+    bringing up guests at once picked the same free /24 and one failed with "Network is already in use". The
+    pick is now recorded in the run's state file (kind :data:`SUBNET_KIND`) under this lock, and every later
+    pick treats what is recorded there as taken until the run is down (or swept)."""
+    folder = runs_dir()
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with (folder / ".libvirt-subnet.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        reserved = []
+        for entries in recorded_objects({SUBNET_KIND}).values():
+            for entry in entries:
+                try:
+                    reserved.append(ipaddress.ip_network(str(entry.get("subnet"))))
+                except ValueError:
+                    continue  # not a subnet: a state file is data
+        yield reserved
 
 
 def plan_network(

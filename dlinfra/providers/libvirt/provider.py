@@ -49,11 +49,13 @@ from dlinfra.providers.libvirt.boot import (
 from dlinfra.providers.libvirt.domain import DomainPlan, domain_vars, run_label_of
 from dlinfra.providers.libvirt.image import GuestImage, build_guest_image, cloud_image
 from dlinfra.providers.libvirt.network import (
+    SUBNET_KIND,
     RunNetwork,
     libvirt_subnets,
     local_routes,
     network_vars,
     plan_network,
+    subnet_choice,
 )
 from dlinfra.providers.libvirt.passthrough import PciDevice, SysfsHost, check_passthrough
 from dlinfra.providers.libvirt.seed import SeedInputs, build_seed_disk, known_hosts_line, make_client_key, make_host_key
@@ -356,8 +358,10 @@ class LibvirtProvider:
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         client_key = self.ssh_key or make_client_key(self.state_dir)
         public_key = Path(str(client_key) + ".pub").read_text().strip()
-        taken = libvirt_subnets(self.conn) + (local_routes() if self.uri in LOCAL_URIS else [])
-        net = plan_network(self.run_label, [g.name for g in guests], taken, self.subnet)  # type: ignore[arg-type]
+        with subnet_choice() as reserved:  # picked and recorded under one lock: no other run picks it meanwhile
+            taken = libvirt_subnets(self.conn) + (local_routes() if self.uri in LOCAL_URIS else []) + reserved
+            net = plan_network(self.run_label, [g.name for g in guests], taken, self.subnet)  # type: ignore[arg-type]
+            self._claim.add(SUBNET_KIND, key="subnet", subnet=str(net.subnet), uri=self.uri)
 
         known_hosts = self.state_dir / "known_hosts"
         known_hosts.write_text("")
