@@ -17,6 +17,7 @@ import random
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -390,8 +391,15 @@ def _stand_ins(spec: CampaignSpec, hosts: list[InventoryHost], inventory: Path) 
 
 
 def _one_line(exc: BaseException) -> str:
+    """The failure as one line. An error that is not a :class:`DlinfraError` is a bug of dlinfra's: the line then
+    names its type and where it was raised, so that a failed layer in a CI log can be traced to its line."""
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    line = text.splitlines()[0] if text else type(exc).__name__
+    if isinstance(exc, DlinfraError):
+        return line
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}{where}: {line}"
 
 
 def run_campaign(
