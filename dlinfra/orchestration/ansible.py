@@ -32,6 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+# At the top, not in run_playbook: layers come up on threads of their own, and their first playbook calls can come
+# at the same moment. A first import inside them is avoided on principle; it is also the suspected cause of a bm
+# deploy that failed after 0.1 s with "'module' object is not iterable" while two other threads started their
+# first playbooks (docs/testing.md, run D; 3 threads importing it at once did not fail in 25 tries).
+from ansible_runner.interface import init_runner
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -357,8 +363,6 @@ def run_playbook(
     """Run ``playbook`` against ``targets``, or an ``inventory`` (a file, or data written privately here), and
     report per host. A task named in ``build_tasks`` that reports a change fills a cache on its host for good
     (the payload image loaded into a host's engine): its time counts as a first-time build."""
-    from ansible_runner.interface import init_runner
-
     book = Path(playbook)
     if not book.is_absolute():
         book = PLAYBOOKS / book
