@@ -6,6 +6,7 @@ import click
 
 from dlinfra.cli.common import seed_option, statistic_option, store_from
 from dlinfra.errors import DlinfraError
+from dlinfra.text import printable
 
 #: Exit status: every expectation holds / one fails / none fails but some could not be checked.
 OK, FAILED, INSUFFICIENT = 0, 1, 3
@@ -44,10 +45,10 @@ def check(ctx: click.Context, campaign: str, seed: int, statistic: str) -> int:
         outcomes = evaluate(store, campaign_id, expect, seed=seed, statistic=statistic)
     for o in outcomes:
         if o.status != PASS:
-            click.echo(o.line())
+            click.echo(printable(o.line()))  # stored names are data: inert on a terminal
     counts = {s: sum(o.status == s for o in outcomes) for s in (PASS, FAIL, NO_DATA)}
     click.echo(
-        f"campaign {campaign_id}: {len(expect)} expectation(s), {len(outcomes)} check(s): "
+        f"campaign {printable(campaign_id)}: {len(expect)} expectation(s), {len(outcomes)} check(s): "
         f"{counts[PASS]} pass, {counts[FAIL]} fail, {counts[NO_DATA]} insufficient data",
         err=True,
     )
