@@ -275,12 +275,13 @@ class _Builder:
 
     def _scalar(self, loader: Any, event: Any, line: int, path: tuple[Any, ...]) -> Any:
         text = event.value
-        shown = "(hidden)" if is_secret(path) else excerpt(text)
+        secret = is_secret(path)
+        shown = "(hidden)" if secret else excerpt(text)
         if len(text) > self.limits.max_string:
             raise self.fail(
                 line, path, f"a string of {len(text):,} characters, over the {self.limits.max_string:,} limit: {shown}"
             )
-        if is_secret(path):  # a file's secrets are known before any message could quote them
+        if secret:  # a file's secrets are known before any message could quote them
             register_secret(text)
         elif "://" in text or "=" in text:
             register_text(text)  # a URL's password, a DSN's password=

@@ -11,11 +11,12 @@ testbed (:data:`support.TESTBED`). A test file is a unit of work, so that its mo
 testbed) are made once, on one worker; :data:`UNITS` joins files that must not run beside each other: the
 ``openstack`` unit holds the tests that start the OpenStack services (fixed ports; a second stack would cost a
 minute), the ``hypervisor`` unit the tests that boot guests under the machine's libvirtd (two emulated guests on 2
-cores stretch the boot bounds the tests assert, and two runs at once raced for one network of the pool: a product
-bug left for a later stop). The boot-reset tests' firewall rule drops their own /24 only. What needs the machine to
-itself (marker ``alone``: it compares measured speeds, or stops libvirtd) runs after the parallel part, one test
-after another. The grouping is this file's scheduler (:func:`pytest_xdist_make_scheduler`), by test path: xdist's
-own ``xdist_group`` marker does not group under pytest 9.2, whose node ids it can no longer rewrite.
+cores stretch the boot bounds the tests assert; the race of two runs for one network of the pool is fixed in the
+libvirt provider, ``network.subnet_choice``). The boot-reset tests' firewall rule drops their own /24 only. What
+needs the machine to itself (marker ``alone``: it compares measured speeds, or stops libvirtd) runs after the
+parallel part, one test after another. The grouping is this file's scheduler (:func:`pytest_xdist_make_scheduler`),
+by test path: xdist's own ``xdist_group`` marker does not group under pytest 9.2, whose node ids it can no longer
+rewrite.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ UNITS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("openstack", ("tests/providers/test_ironic.py", "tests/providers/test_nova.py"), ()),
     ("openstack", ("tests/providers/test_conformance.py",), ("[ironic-", "[nova-")),
     # Guests under the machine's libvirtd, one at a time: two TCG guests on 2 cores stretch the boot bounds the
-    # tests assert, and their runs' networks are picked from one pool.
+    # tests assert.
     ("hypervisor", ("tests/vm/", "tests/orchestration/test_sweep.py"), ()),
     ("hypervisor", ("tests/providers/test_conformance.py",), ("[libvirt-",)),
 )

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.table import Table
 
 from dlinfra.cli.common import console, err_console, shown, store_from
-from dlinfra.orchestration.cells import Cell
 from dlinfra.orchestration.spec import RunInput
+
+if TYPE_CHECKING:
+    from dlinfra.orchestration.cells import Cell
 
 
 @click.command(

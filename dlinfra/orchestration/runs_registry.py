@@ -124,7 +124,7 @@ STATE_MAX_BYTES = 16 << 20
 
 def _decode(raw: bytes) -> dict[str, Any]:
     """A state file's mapping; {} when it is not one (cut short by a crash while it was written, or written by
-    someone else): the label (its file name) is still known, and the sweep says what it could not read."""
+    someone else): the label (its file name) is still known, and a sweep looks for the run's objects by it."""
     if len(raw) > STATE_MAX_BYTES:
         return {}
     try:

@@ -123,26 +123,23 @@ class Resources:
     def validate(self, where: str) -> None:
         """Each control as the engines take it; ``where`` (a host, or the spec's ``layer_options.ctr``) leads
         every message, so a dry run and a bring-up refuse the same values in the same words."""
-        host = where
         if self.cpuset is not None:
-            _read_cpuset(self.cpuset, host=host)
+            _read_cpuset(self.cpuset, host=where)
         if self.cpus is not None and (
             isinstance(self.cpus, bool) or not isinstance(self.cpus, int | float) or not 0 < self.cpus <= 4096
         ):
-            raise DlinfraError(f"{host}: cpus (CPU quota) {excerpt(self.cpus, 40)} must be a positive number of CPUs")
+            raise DlinfraError(f"{where}: cpus (CPU quota) {excerpt(self.cpus, 40)} must be a positive number of CPUs")
         if self.memory_bytes is not None:
             if isinstance(self.memory_bytes, bool) or not isinstance(self.memory_bytes, int):
                 raise DlinfraError(
-                    f"{host}: memory_bytes {excerpt(self.memory_bytes, 40)} must be an integer number of bytes",
+                    f"{where}: memory_bytes {excerpt(self.memory_bytes, 40)} must be an integer number of bytes",
                     "e.g. 2147483648 for 2 GiB",
                 )
             if self.memory_bytes < 6 * 1024 * 1024:
-                raise DlinfraError(f"{host}: memory limit {self.memory_bytes} bytes is below the engines' 6 MiB")
+                raise DlinfraError(f"{where}: memory limit {self.memory_bytes} bytes is below the engines' 6 MiB")
         gpus = self.gpus
-        if gpus is not None and not (
-            isinstance(gpus, str) and (gpus == "all" or re.fullmatch(r"\d{1,3}(,\d{1,3})*", gpus))
-        ):
-            raise DlinfraError(f"{host}: gpus {excerpt(gpus, 40)} must be 'all' or device indexes like 0,1")
+        if gpus is not None and not (isinstance(gpus, str) and (gpus == "all" or _GPU_LIST.fullmatch(gpus))):
+            raise DlinfraError(f"{where}: gpus {excerpt(gpus, 40)} must be 'all' or device indexes like 0,1")
 
 
 # ---------------------------------------------------------------- container

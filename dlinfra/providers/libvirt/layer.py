@@ -68,7 +68,7 @@ class LibvirtVmProvider(Provider):
     @classmethod
     def validate(cls, layer: str, options: Mapping[str, Any], where: str) -> None:
         super().validate(layer, options, where)
-        check_provider_options(dict(options), where)
+        check_provider_options(options, where)
         guests = options.get("guests")
         if guests is not None and (not isinstance(guests, list) or not all(isinstance(g, dict) for g in guests)):
             raise SpecError(f"{where}.guests: must be a list of mappings", "e.g. guests: [{name: vm1}]")

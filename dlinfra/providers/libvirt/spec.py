@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from dlinfra.errors import SpecError
 from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
@@ -152,7 +153,7 @@ _URI = re.compile(r"[a-z][a-z0-9+]{0,19}://[^\s'\"`$;|&<>]{0,235}", re.ASCII)
 _POOL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", re.ASCII)
 
 
-def check_provider_options(options: dict, where: str) -> None:
+def check_provider_options(options: Mapping[str, Any], where: str) -> None:
     """``uri``, ``pool``, ``subnet``, ``boot_timeout`` and ``cloud_image`` as a guest bring-up will use them: the
     one check, run by ``--dry-run`` and by the bring-up alike (a value bring-up refuses never passes a dry run)."""
     if "uri" in options and not (isinstance(options["uri"], str) and _URI.fullmatch(options["uri"])):
