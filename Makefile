@@ -11,13 +11,15 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # The test tiers (docs/testing.md): the fast tier is every test marked neither integration nor slow; it needs no
 # daemon, no testbed and no TensorFlow training, and runs with DLINFRA_TEST_TIER=fast, where a test that reaches
 # for a real component without its marker fails. `make test` runs lint and the fast tier first, before any daemon
-# is started, so that a plain mistake fails in minutes; then the daemons, the OpenStack venvs and the rest, on two
+# is started, so that a plain mistake fails in minutes; then the daemons, the OpenStack venvs and the rest, on three
 # workers, but for the tests that need the machine to themselves (marker alone): those that compare measured speeds
 # (the other worker's load would be what they measure) or stop libvirtd (under the other worker's guests). They run
 # last, one at a time.
 FAST_TIER := not integration and not slow
-# Two workers (tests/conftest.py says which tests share one): the machine's two cores, each kept busy.
+# The fast tier computes: one worker per core. The rest waits as much as it computes (SSH, daemons, playbooks,
+# guests): a third worker fills the cores that two left idle (tests/conftest.py says which tests share one).
 WORKERS := -n 2
+SUITE_WORKERS := -n 3
 TIMED := scripts/timed.sh
 export DLINFRA_STAGES ?= $(abspath artifacts/stages.txt)
 
@@ -76,7 +78,7 @@ test:
 	@$(MAKE) --no-print-directory check
 	@$(TIMED) daemons $(MAKE) --no-print-directory daemons
 	@$(TIMED) openstack $(MAKE) --no-print-directory openstack
-	@$(TIMED) suite $(BIN)/pytest $(WORKERS) -m "not ($(FAST_TIER)) and not alone"
+	@$(TIMED) suite $(BIN)/pytest $(SUITE_WORKERS) -m "not ($(FAST_TIER)) and not alone"
 	@$(TIMED) alone $(BIN)/pytest -m alone
 	@$(TIMED) --summary
 

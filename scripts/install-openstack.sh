@@ -6,6 +6,9 @@
 #   (dlinfra/testbed/openstack.py), installed with -c scripts/openstack-constraints.txt.
 # Two venvs, because the constraints file that the Nova stack needs conflicts with ironic 39 itself.
 # Idempotent: a stamp in each venv names its pinned versions, so a second run with the same pins does nothing.
+# Shared by every checkout: unless the variables above name a venv, each venv is made once in dlinfra's cache,
+# keyed by its pins ($DLINFRA_CACHE, else $XDG_CACHE_HOME/dlinfra, else ~/.cache/dlinfra: dlinfra.cache), and
+# the checkout's .venv-openstack and .venv-nova are links to it: a fresh clone installs nothing.
 set -euo pipefail
 
 IRONIC_VERSION=39.0.0
@@ -33,13 +36,43 @@ install() {
   echo "install-openstack: ${want} in ${venv}"
 }
 
+CACHE=${DLINFRA_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/dlinfra}
+
+# cached LINK STAMP PIP-ARGS...: the venv for STAMP in the cache (one installer at a time), linked from LINK.
+cached() {
+  local link=$1 want=$2
+  shift 2
+  local venv
+  venv="${CACHE}/openstack-venv/$(printf '%s' "${want}" | sha256sum | cut -c1-16)"
+  mkdir -p "$(dirname "${venv}")"
+  (
+    flock 9
+    install "${venv}" "${want}" "$@"
+  ) 9>"${venv}.lock"
+  if [[ -d ${link} && ! -L ${link} ]]; then
+    rm -rf "${link}"  # a venv of the checkout's own, from before the cache
+  fi
+  ln -sfn "${venv}" "${link}"
+}
+
+# place VAR DEFAULT STAMP PIP-ARGS...: into $VAR when it is set, else into the cache, linked from DEFAULT.
+place() {
+  local var=$1 default=$2
+  shift 2
+  if [[ -n ${!var:-} ]]; then
+    install "${!var}" "$@"
+  else
+    cached "${default}" "$@"
+  fi
+}
+
 IRONIC_PINS=("ironic==${IRONIC_VERSION}" "SQLAlchemy==${SQLALCHEMY_VERSION}")
-install "${DLINFRA_OPENSTACK_VENV:-.venv-openstack}" "${IRONIC_PINS[*]}" "${IRONIC_PINS[@]}"
+place DLINFRA_OPENSTACK_VENV .venv-openstack "${IRONIC_PINS[*]}" "${IRONIC_PINS[@]}"
 
 # nova 34 needs keystoneauth1 and oslo.versionedobjects newer than the constraints file had: those two lines
 # are dropped from the copy in scripts/ (its header says so). pyroute2: neutron's migrations import it.
 NOVA_PINS=(nova==34.0.0 openstack-placement==16.0.0 glance==33.0.0 keystone==30.0.0 neutron==29.0.0 gunicorn PyMySQL
   pyroute2)
 CONSTRAINTS_HASH=$(sha256sum scripts/openstack-constraints.txt | cut -c1-16)
-install "${DLINFRA_NOVA_VENV:-.venv-nova}" "${NOVA_PINS[*]} constraints:${CONSTRAINTS_HASH}" \
+place DLINFRA_NOVA_VENV .venv-nova "${NOVA_PINS[*]} constraints:${CONSTRAINTS_HASH}" \
   -c scripts/openstack-constraints.txt "${NOVA_PINS[@]}"

@@ -5,14 +5,16 @@ OpenStack service); ``slow`` when it trains TensorFlow or takes more than a few 
 rest (the fast tier) with ``DLINFRA_TEST_TIER=fast``, where :func:`support.component` fails a test that reaches for
 a real component without its marker, so the markers cannot drift from what the tests do.
 
-Workers: ``make test`` runs both tiers on two pytest-xdist workers (``-n 2``): most of the suite keeps one core busy
-(one emulated guest, one Ansible run, one TensorFlow process) and the machine has two. Each worker has its own local
-testbed (:data:`support.TESTBED`). A test file is a unit of work, so that its module fixtures (a booted guest, a
-testbed) are made once, on one worker; :data:`UNITS` joins files that must not run beside each other: the
-``openstack`` unit holds the tests that start the OpenStack services (fixed ports; a second stack would cost a
-minute), the ``hypervisor`` unit the tests that boot guests under the machine's libvirtd (two emulated guests on 2
-cores stretch the boot bounds the tests assert; the race of two runs for one network of the pool is fixed in the
-libvirt provider, ``network.subnet_choice``). The boot-reset tests' firewall rule drops their own /24 only. What
+Workers: ``make test`` runs the fast tier on two pytest-xdist workers (``-n 2``: it computes) and the rest on three
+(``-n 3``): most of that part keeps one core busy at a time (one emulated guest, one Ansible run, one TensorFlow
+process) and waits in between (SSH round trips, daemons, playbooks), so a third worker fills the machine's two
+cores where two left one idle. Each worker has its own local testbed (:data:`support.TESTBED`). A test file is a
+unit of work, so that its module fixtures (a booted guest, a testbed) are made once, on one worker; :data:`UNITS`
+joins files that must not run beside each other: the ``openstack`` unit holds the tests that start the OpenStack
+services (fixed ports; a second stack would cost a minute), the ``hypervisor`` unit the guests whose boot times the
+tests assert. Other guests run beside each other: two runs take their network's /24 and their pool's base volume
+under this machine's locks (``network.subnet_choice``, ``LibvirtProvider._provision``). The boot-reset tests'
+firewall rule drops their own /24 only. What
 needs the machine to itself (marker ``alone``: it compares measured speeds, or stops libvirtd) runs after the
 parallel part, one test after another. The grouping is this file's scheduler (:func:`pytest_xdist_make_scheduler`),
 by test path: xdist's own ``xdist_group`` marker does not group under pytest 9.2, whose node ids it can no longer
@@ -35,10 +37,10 @@ UNITS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     # Keystone, Placement, Glance, Neutron, Nova and Ironic: one stack per worker process, on fixed ports.
     ("openstack", ("tests/providers/test_ironic.py", "tests/providers/test_nova.py"), ()),
     ("openstack", ("tests/providers/test_conformance.py",), ("[ironic-", "[nova-")),
-    # Guests under the machine's libvirtd, one at a time: two TCG guests on 2 cores stretch the boot bounds the
-    # tests assert.
-    ("hypervisor", ("tests/vm/", "tests/orchestration/test_sweep.py"), ()),
-    ("hypervisor", ("tests/providers/test_conformance.py",), ("[libvirt-",)),
+    # The guests whose boot the tests time (a reset after a silent SSH, a kernel that hangs on purpose) and the
+    # pool pruning of the libvirt role, one at a time. Every other guest test is its own unit: runs at once are
+    # safe (the run network's /24 and the pool's base volumes are taken under this machine's locks).
+    ("hypervisor", ("tests/vm/test_boot_reset.py", "tests/vm/test_kvm_stall.py", "tests/vm/test_playbook.py"), ()),
 )
 
 

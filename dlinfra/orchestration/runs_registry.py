@@ -46,6 +46,17 @@ def runs_dir() -> Path:
     return cache_root() / "runs"
 
 
+@contextlib.contextmanager
+def machine_lock(name: str) -> Iterator[None]:
+    """Hold this machine's lock ``name`` (a file in :func:`runs_dir`) while the block runs: for what two runs
+    started from this machine (two campaigns, two test workers) must not do at once."""
+    folder = runs_dir()
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with (folder / f".{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def check_label(label: str) -> str:
     """A run label is a file name and a docker label value: letters, digits, '.', '_', '-'."""
     if not isinstance(label, str) or not _LABEL.match(label):

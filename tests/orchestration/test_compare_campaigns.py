@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.alone]
 
 def _spec(tmp_path: Path, name: str, ctr_options: str = "") -> Path:
     text = (
-        f"name: {name}\ninventory: testbed:{TESTBED}\nlayers: [bm, ctr]\nrepeats: 7\n"
+        f"name: {name}\ninventory: testbed:{TESTBED}\nlayers: [bm, ctr]\nrepeats: 5\n"
         "warmup_steps: 1\nsteps: 1\ncell_timeout: 120\n"
         f"layer_options:\n  ctr: {{provider: docker, network: host, hosts: ['all[0]']{ctr_options}}}\n"
         "workloads:\n"

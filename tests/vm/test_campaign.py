@@ -5,9 +5,12 @@ TCG when KVM is absent or refuses the guest. On this machine /dev/kvm exists
 but QEMU cannot start an ordinary guest with it, so the guest falls back to TCG,
 the refusal is recorded, and every row is marked emulated. Both layers share
 the guest (ctr-vm stacks on vm): the vm cell runs the payload baked into the
-guest image, the ctr-vm cell runs it in the payload image (shipped into the
-guest's dockerd) inside the same guest. Afterwards
-virsh shows nothing of the run.
+guest image (TensorFlow, under emulation: the guest's CPU model must carry
+the wheel), the ctr-vm cell runs it in the payload image (shipped into the
+guest's dockerd) inside the same guest; its workload is sysbench, because
+TensorFlow in that image is what the ctr layer's tests run, and importing it
+under TCG a second time would cost a minute and prove nothing more.
+Afterwards virsh shows nothing of the run.
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ def test_vm_and_ctr_vm_cells_are_stored_emulated_and_torn_down(tmp_path: Path) -
         "  vm: {vcpus: 1, memory_mib: 2048, emulation: allow, boot_timeout: 900}\n"
         f"  ctr-vm: {{provider: docker, run_id: {RUN_ID}}}\n"
         "workloads:\n"
-        "  - name: mnist-dnn\n"
+        "  - name: mnist-dnn\n    layers: [vm]\n"
         "    matrix: {mode: [single], batch_size: [64], data: [synthetic]}\n"
+        "  - name: sysbench-cpu\n    layers: [ctr-vm]\n    matrix: {mode: [single], time: [1]}\n"
     )
     db = tmp_path / "r.db"
     started = time.monotonic()
@@ -67,6 +71,7 @@ def test_vm_and_ctr_vm_cells_are_stored_emulated_and_torn_down(tmp_path: Path) -
     runs = {r["layer"]: r for r in conn.execute("SELECT * FROM runs WHERE campaign_id = 'vm-it'")}
     conn.close()
     assert set(runs) == {"vm", "ctr-vm"}
+    assert runs["vm"]["workload"] == "mnist-dnn" and runs["ctr-vm"]["workload"] == "sysbench-cpu"
     assert all(r["status"] == "ok" and r["physical_host"] == "hv1" for r in runs.values())
     assert len({r["payload_hash"] for r in runs.values()}) == 1  # the guest's venv and the image: same bytes
     vm = json.loads(runs["vm"]["record_json"])["provenance"]

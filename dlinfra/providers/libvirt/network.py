@@ -10,7 +10,6 @@ plan is made here; the ``libvirt_guest`` role defines and starts the network
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import ipaddress
 import json
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlinfra.errors import TargetError
-from dlinfra.orchestration.runs_registry import recorded_objects, runs_dir
+from dlinfra.orchestration.runs_registry import machine_lock, recorded_objects
 
 if TYPE_CHECKING:
     import libvirt
@@ -120,10 +119,7 @@ def subnet_choice() -> Iterator[list[ipaddress.IPv4Network]]:
     bringing up guests at once picked the same free /24 and one failed with "Network is already in use". The
     pick is now recorded in the run's state file (kind :data:`SUBNET_KIND`) under this lock, and every later
     pick treats what is recorded there as taken until the run is down (or swept)."""
-    folder = runs_dir()
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with (folder / ".libvirt-subnet.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with machine_lock("libvirt-subnet"):
         reserved = []
         for entries in recorded_objects({SUBNET_KIND}).values():
             for entry in entries:

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlinfra import cancel
-from dlinfra.cache import cache_root
+from dlinfra.cache import cache_key, cache_root
 from dlinfra.errors import SpecError, TargetError
 from dlinfra.orchestration.ansible import LOCAL_HOST, PlaybookResult, new_ident, run_playbook
 from dlinfra.orchestration.progress import note, say
-from dlinfra.orchestration.runs_registry import RunClaim, claim
+from dlinfra.orchestration.runs_registry import RunClaim, claim, machine_lock
 from dlinfra.payload.cpuset import format_cpuset
 from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.libvirt.boot import (
@@ -430,14 +430,18 @@ class LibvirtProvider:
             values = {k: v for k, v in domain_vars(plan).items() if k not in ROLE_RESOLVED}
             guests.append({**values, **self._up_vars["guests"][name]})
         self._made = True
-        result = self._playbook(
-            UP_PLAYBOOK,
-            {
-                "libvirt_guest_network": self._up_vars["libvirt_guest_network"],
-                "libvirt_guest_base": self._up_vars["libvirt_guest_base"],
-                "libvirt_guest_guests": guests,
-            },
-        )
+        # One up playbook per pool at a time: it deletes a partial upload of its image, and older images' base
+        # volumes when no run's volume is in the pool; another run between its own upload and its overlays
+        # would lose its base volume.
+        with machine_lock(f"libvirt-pool-{cache_key({'uri': self.uri, 'pool': self.pool_name})}"):
+            result = self._playbook(
+                UP_PLAYBOOK,
+                {
+                    "libvirt_guest_network": self._up_vars["libvirt_guest_network"],
+                    "libvirt_guest_base": self._up_vars["libvirt_guest_base"],
+                    "libvirt_guest_guests": guests,
+                },
+            )
         report = result.reports.get(self.host, {}).get("guests", {})
         for name, plan in list(self._plans.items()):
             made = report.get(name)
