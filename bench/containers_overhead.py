@@ -21,8 +21,7 @@ import time
 from pathlib import Path
 
 from dlinfra.images.wheelhouse import build_wheelhouse
-from dlinfra.providers.containers.daemons import ensure_dockerd
-from dlinfra.providers.containers.engine import Engine
+from dlinfra.providers.containers.engine import Engine, ensure_dockerd
 from dlinfra.providers.containers.image import build_payload_image
 from dlinfra.providers.containers.playbook import run_container
 from dlinfra.providers.containers.run import ContainerSpec, NetworkMode, Resources, remove_run

@@ -33,5 +33,10 @@ class TargetError(DlinfraError):
     """A host or target cannot be reached or prepared; the message names it."""
 
 
+class Unreachable(TargetError):
+    """A host that does not answer at all (no route, refused, timed out): a retry on a fresh connection will not
+    help, so callers that retry a lost connection give up on this one at once."""
+
+
 class StoreError(DlinfraError):
     """The results store cannot be opened or written."""

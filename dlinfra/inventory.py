@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dlinfra import safe_yaml
-from dlinfra.errors import SpecError, TargetError
+from dlinfra.errors import SpecError, TargetError, Unreachable
 from dlinfra.layers import LAYERS
 from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
 from dlinfra.secrets import NO_ANSIBLE_LOG, is_secret_name, redact, register_host_vars
@@ -569,7 +569,7 @@ def check_reachable(hosts: list[InventoryHost], source: str, timeout: float = 5.
             with socket.create_connection((h.address, h.port), timeout=timeout):
                 pass
         except OSError as exc:
-            raise TargetError(
+            raise Unreachable(
                 f"host {h.name} ({h.address}:{h.port}) is unreachable: {exc.strerror or exc}",
                 "is the host up and its sshd running?",
             ) from None

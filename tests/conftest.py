@@ -126,7 +126,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # The suite is a busy host by design (two workers, guests, daemons): a campaign here judges interference only
+    # The suite is a busy host by design (three workers, guests, daemons): a campaign here judges interference only
     # where its spec asks (tests of it set interference.max_foreign_share), so that plumbing tests do not rerun.
     os.environ.setdefault("DLINFRA_MAX_FOREIGN_SHARE", "1")
     if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -21,7 +21,7 @@ from typing import Any
 
 from dlinfra.cache import building, cache_dir, keep_recent
 from dlinfra.errors import DlinfraError
-from dlinfra.orchestration.progress import note
+from dlinfra.runtime.progress import note
 
 APT_SOURCES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
 

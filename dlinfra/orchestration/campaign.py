@@ -39,14 +39,14 @@ from dlinfra.orchestration.cells import Cell, expand, plan, run_order
 from dlinfra.orchestration.deploy import deploy, verify_identities
 from dlinfra.orchestration.interference import Verdict, assess
 from dlinfra.orchestration.launch import CellRun, Launcher
-from dlinfra.orchestration.progress import current_console, phase, say, use_console
-from dlinfra.orchestration.runs_registry import set_campaign
 from dlinfra.orchestration.spec import CampaignSpec, RunInput
 from dlinfra.orchestration.sweep import sweep_dead_runs
 from dlinfra.orchestration.testbed_facts import gather_facts, metadata_rows
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.registry import provider_for, provider_name, stacks_on
 from dlinfra.results.store import CONTAMINATED, CellOutcome, ResultsStore
+from dlinfra.runtime.progress import current_console, phase, say, use_console
+from dlinfra.runtime.runs_registry import set_campaign
 
 
 @dataclass

@@ -29,9 +29,9 @@ from dlinfra.orchestration.datasets import dataset_of
 from dlinfra.orchestration.spec import CampaignSpec, WorkloadSpec, matrix_points
 from dlinfra.payload.cpuset import split_cpuset
 from dlinfra.payload.workloads import WORKLOADS
-from dlinfra.providers.base import Target
 from dlinfra.providers.registry import provider_name
 from dlinfra.record import config_hash
+from dlinfra.target import Target
 
 DISTRIBUTED_DEFAULTS = {"ps": 1, "workers": 2}
 

@@ -38,7 +38,7 @@ import numpy as np
 from dlinfra.cache import building, cache_dir, keep_recent
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.payload.data import MANIFEST, content_hash
-from dlinfra.providers.base import Target
+from dlinfra.target import Target
 
 #: How a cell names a declared data set in its ``data``: ``generated:NAME``.
 PREFIX = "generated:"
@@ -348,7 +348,7 @@ def ship(
 ) -> int:
     """Ship what ``targets`` read to their holders (playbooks/dataset.yml, role ``dataset``), then check every
     target's copy; returns the tasks Ansible changed (0 where every holder had every set already)."""
-    from dlinfra.orchestration.ansible import new_ident, run_playbook
+    from dlinfra.runtime.ansible import new_ident, run_playbook
 
     targets = [t for t in targets if wanted.get(t.name)]
     if not targets:

@@ -24,8 +24,8 @@ from rich.console import Console
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.images.deps_archive import PROBE, build_deps_archive
 from dlinfra.images.wheelhouse import Wheelhouse, build_wheelhouse
-from dlinfra.orchestration.ansible import PlaybookResult, new_ident, run_playbook
-from dlinfra.providers.base import Target
+from dlinfra.runtime.ansible import PlaybookResult, new_ident, run_playbook
+from dlinfra.target import Target
 
 #: The payload role's tasks that fill a host's dependencies store (roles/payload/tasks/present-archive.yml): the
 #: store is kept across runs and keyed by the archive's sha256, a cache like a host's loaded payload image, so

@@ -29,16 +29,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from dlinfra.errors import TargetError
+from dlinfra.errors import TargetError, Unreachable
 from dlinfra.orchestration import process_groups
 from dlinfra.orchestration.cells import Cell, Process, tf_config
 from dlinfra.orchestration.datasets import BuiltDataset, dataset_of
-from dlinfra.orchestration.runs_registry import RunClaim, claim
 from dlinfra.payload.cpuset import format_cpuset
 from dlinfra.payload.params import PARAM, to_argv
 from dlinfra.payload.workloads import WORKLOADS
-from dlinfra.providers.base import Target
 from dlinfra.record import RecordError, RunRecord
+from dlinfra.runtime.runs_registry import RunClaim, claim
+from dlinfra.target import Target
 from dlinfra.transport import LinkLost, Transport, TransportPool
 
 #: Make the run folder (clearing a previous attempt) and print N free TCP ports; argv: dir, N.
@@ -361,7 +361,7 @@ class Launcher:
             except TargetError as exc:
                 for _conn, key in conns:
                     self.pool.drop(*key)
-                if attempt == 2 or "unreachable" in str(exc):
+                if attempt == 2 or isinstance(exc, Unreachable):
                     return self._finish(cell, outcomes, started_utc, t0, str(exc))
         phases["prepare"] = time.monotonic() - t0 - phases.get("connect", 0.0)
         t_run = time.monotonic()

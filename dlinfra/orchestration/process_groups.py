@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlinfra.providers.base import Target
+from dlinfra.target import Target
 from dlinfra.transport import CommandResult, Transport
 
 #: The run registry's kind of a process group on a host reached over SSH.

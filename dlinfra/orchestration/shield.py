@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlinfra.errors import DlinfraError
-from dlinfra.orchestration.ansible import run_playbook
-from dlinfra.orchestration.progress import say
-from dlinfra.orchestration.runs_registry import RunClaim, claim
 from dlinfra.orchestration.spec import ShieldOptions
 from dlinfra.payload.cpuset import format_cpuset, parse_cpuset
+from dlinfra.runtime.ansible import run_playbook
+from dlinfra.runtime.progress import say
+from dlinfra.runtime.runs_registry import RunClaim, claim
 from dlinfra.transport import SshEndpoint
 
 if TYPE_CHECKING:
-    from dlinfra.orchestration.sweep_report import SweepReport
-    from dlinfra.providers.base import Target
+    from dlinfra.runtime.sweep_report import SweepReport
+    from dlinfra.target import Target
 
 #: The run registry's entry kind for one shielded host.
 KIND = "shield"

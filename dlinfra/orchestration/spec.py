@@ -39,7 +39,6 @@ from dlinfra.errors import SpecError
 from dlinfra.layers import LAYERS
 from dlinfra.orchestration import datasets as ds
 from dlinfra.orchestration.interference import DEFAULT_MAX_FOREIGN_SHARE, MAX_FOREIGN_SHARE_ENV, InterferencePolicy
-from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
 from dlinfra.payload.params import MODES, PARAM, PARAMS, Param
 from dlinfra.safe_yaml import dotted
 from dlinfra.text import excerpt, plain
@@ -134,16 +133,6 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
 NUMBER_BOUNDS: dict[str, tuple[float, float]] = {
     "cell_timeout": (0, 7 * 86_400),
     "peer_timeout": (0, 86_400),
-}
-#: Numeric provider options in ``layer_options`` (and its ``guests``): inclusive (low, high). The providers check
-#: the rest, and what the host actually has, before they create anything.
-OPTION_BOUNDS: dict[str, tuple[int, int]] = {
-    "vcpus": (1, 1024),
-    "memory_mib": (128, 16 << 20),
-    "numa_node": (0, 1023),
-    "processes_per_host": (1, 1024),
-    "ports_per_container": (0, 65_535),
-    "port_base": (0, 65_535),
 }
 NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,100}", re.ASCII)
 #: Host patterns: names, groups, all, GROUP[i], GROUP[i:j] (no shell metacharacters, no spaces).
@@ -582,36 +571,16 @@ def _applies(
 
 
 def _layer_options(check: _Checker, value: Any) -> dict[str, dict[str, Any]]:
-    """Per-layer options: the shape, and every numeric option within :data:`OPTION_BOUNDS`."""
+    """Per-layer options: a mapping per layer. What each option must be is its provider's to say (its declared
+    options, checked by ``Provider.validate`` in the preflight); only a number no option can take is refused here."""
     options = value if value is not None else {}
     if not isinstance(options, dict) or any(k not in LAYERS or not isinstance(v, dict) for k, v in options.items()):
         raise check.fail(("layer_options",), "must map a layer id to a mapping of options")
     for layer, opts in options.items():
-        guests = opts.get("guests")
-        groups = [((layer,), opts)] + [
-            ((layer, "guests", i), g)
-            for i, g in enumerate(guests if isinstance(guests, list) else [])
-            if isinstance(g, dict)
-        ]
-        for where, group in groups:
-            for key, v in group.items():
-                at = ("layer_options", *where, key)
-                if key in OPTION_BOUNDS and not isinstance(v, str):
-                    check.integer(v, at, OPTION_BOUNDS[key])
-                elif key == "boot_timeout" and not isinstance(v, str):
-                    check.number(v, at, (0, 86_400))
-                elif key in ("cpuset", "emulator_cpuset") and v is not None:
-                    _cpuset(check, v, at)
-                elif isinstance(v, float) and not math.isfinite(v):
-                    raise check.fail(at, f"must be a finite number, got {v}")
+        for key, v in opts.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                raise check.fail(("layer_options", layer, key), f"must be a finite number, got {v}")
     return options
-
-
-def _cpuset(check: _Checker, value: Any, where: tuple[Any, ...]) -> None:
-    try:
-        parse_cpuset(value)
-    except CpuSetError as exc:
-        raise check.fail(where, f"must be a CPU list like '0-3,8', got {excerpt(value)} ({exc})") from None
 
 
 #: What one ``--set`` value may hold (a list of batch sizes, a mapping of options; never a document).

@@ -2,7 +2,7 @@
 
 Why: ``provider.down()`` runs in a ``finally``, which a SIGKILL, an OOM kill
 or a power cut skips. Every run claims its label in the run registry
-(:mod:`dlinfra.orchestration.runs_registry`) before it creates anything and
+(:mod:`dlinfra.runtime.runs_registry`) before it creates anything and
 records there where its objects go; a run whose lock is free is dead, and
 its objects are found from that record. First it stops the ``ansible-playbook`` processes a dead controller left
 (:mod:`.orphans`), then, per run, the payload processes it left running on bm hosts (over SSH,
@@ -28,8 +28,8 @@ from rich.console import Console
 
 from dlinfra.errors import DlinfraError
 from dlinfra.orchestration import process_groups, shield
-from dlinfra.orchestration.orphans import orphaned_playbooks, stop_orphaned_playbooks
-from dlinfra.orchestration.runs_registry import (
+from dlinfra.runtime.orphans import orphaned_playbooks, stop_orphaned_playbooks
+from dlinfra.runtime.runs_registry import (
     being_swept,
     check_label,
     dead_runs,
@@ -38,7 +38,7 @@ from dlinfra.orchestration.runs_registry import (
     runs_being_swept,
     take_over,
 )
-from dlinfra.orchestration.sweep_report import SweepReport
+from dlinfra.runtime.sweep_report import SweepReport
 from dlinfra.transport import SshEndpoint, SshTransport
 
 if TYPE_CHECKING:
@@ -205,12 +205,12 @@ def _discover(only: str | None = None) -> dict[str, list[dict[str, Any]]]:
 # ------------------------------------------------------------------ testbeds
 def _sweep_testbeds(report: SweepReport, only: str | None = None) -> None:
     """Every local testbed on this machine (or the one named ``only``), with or without a state file."""
-    from dlinfra.providers.containers.daemons import _state_base
+    from dlinfra.testbed.dockerd import state_base
     from dlinfra.testbed.local import LocalTestbed, all_testbeds
 
     names = {st.name for st in all_testbeds()}
     candidates = [p.name for p in Path("/run/netns").iterdir()] if Path("/run/netns").is_dir() else []
-    run_base, lib_base = _state_base()
+    run_base, lib_base = state_base()
     candidates += [p.name.removeprefix("docker-").removesuffix(".sock") for p in run_base.glob("docker-dli-*")]
     candidates += [p.name.removeprefix("docker-") for p in lib_base.glob("docker-dli-*")]
     for name in candidates:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dlinfra.orchestration.ansible import run_playbook
-from dlinfra.orchestration.progress import phase, say
-from dlinfra.providers.base import Target
+from dlinfra.runtime.ansible import run_playbook
+from dlinfra.runtime.progress import phase, say
+from dlinfra.target import Target
 
 FACTS_PLAYBOOK = "facts.yml"
 #: Keys of a target's ``details`` and ``identity`` that describe its software (not the run).

@@ -11,6 +11,6 @@ through the ``dlinfra.providers`` entry-point group
 
 from __future__ import annotations
 
-from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.providers.base import LayerSpec, Provider, Target  # Target: dlinfra.target, re-exported for plug-ins
 
 __all__ = ["LayerSpec", "Provider", "Target"]

@@ -23,19 +23,12 @@ Writing a provider (PerfKitBenchmarker's resource template, made symmetric):
 - register the class under the ``dlinfra.providers`` entry-point group
   (see :mod:`dlinfra.providers.registry`).
 
-Rules every target keeps: one target per place a payload process can run;
-``cpu_set`` is the CPUs the payload may pin to there (cells split it between
-processes sharing the target); ``home`` is a folder private to the target (the
-payload venv lives in ``home/venv``); ``emulated`` is true when timings are not
-comparable (QEMU TCG); ``physical_host`` names the machine underneath, so
-results group per real host; ``details`` is what every record of the target
-carries as ``target_details`` (JSON-safe, no secret).
+The target's own rules are in :mod:`dlinfra.target`.
 """
 
 from __future__ import annotations
 
 import abc
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,101 +36,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlinfra import cancel
 from dlinfra.errors import SpecError
-from dlinfra.inventory import MAX_HOSTS, InventoryHost
-from dlinfra.text import excerpt, plain
-from dlinfra.transport import ContainerAccess, ContainerTransport, SshEndpoint, SshTransport, Transport
+from dlinfra.inventory import InventoryHost
+from dlinfra.providers.options import Option, check_options
+from dlinfra.target import Target
+from dlinfra.text import plain
 
 if TYPE_CHECKING:
-    from dlinfra.orchestration.sweep_report import SweepReport
-
-
-@dataclass
-class Target:
-    """A place where the payload runs, on some layer, and how it is reached."""
-
-    layer: str
-    name: str
-    physical_host: str
-    #: Where SSH goes: the target itself, or the host of a container (see ``container``).
-    address: str
-    port: int = 22
-    user: str = "root"
-    key_file: str | None = None
-    known_hosts: str | None = None
-    provider: str = ""
-    cpu_set: list[int] = field(default_factory=list)
-    memory_bytes: int | None = None
-    devices: list[str] = field(default_factory=list)
-    emulated: bool = False
-    #: Folder private to this target: payload venv, wheelhouse, run files.
-    home: str = ".dlinfra"
-    #: Interpreter used to create the venv (the venv's own python runs the payload).
-    base_python: str = "python3"
-    #: Where the payload's dependencies are unpacked, shared by the targets that name the same folder on one
-    #: machine (None: the role's default, ``home/deps``).
-    deps_store: str | None = None
-    #: Inventory groups of the host underneath: a spec's ``hosts`` patterns match them.
-    groups: list[str] = field(default_factory=list)
-    #: Set for a container: commands enter it through its host's SSH.
-    container: ContainerAccess | None = None
-    #: The address other processes of a cell dial, when not ``address`` (a container's bridge address).
-    peer_ip: str | None = None
-    #: Host ports published to this target, in order (a bridge container's reachable ports).
-    published_ports: list[int] = field(default_factory=list)
-    #: The payload came with the target's image: deploy only checks its hash.
-    payload_in_image: bool = False
-    #: The interpreter Ansible uses on the target.
-    ansible_python: str = "auto_silent"
-    #: What ``python -m dlinfra.payload identity`` reported there, once deployed or verified.
-    identity: dict[str, Any] | None = None
-    #: What every record of this target carries as ``target_details`` (JSON-safe; no secrets).
-    details: dict[str, Any] = field(default_factory=dict)
-    #: Where it reads the data sets dlinfra ships (None: ``home/datasets``; a container: its read-only mount).
-    data_root: str | None = None
-    #: For a container: its host, which keeps the data sets the container mounts (None: the target itself).
-    data_host: Target | None = None
-
-    @property
-    def python(self) -> str:
-        """The payload venv's interpreter on the target."""
-        return f"{self.home}/venv/bin/python"
-
-    @property
-    def runs_dir(self) -> str:
-        return f"{self.home}/runs"
-
-    @property
-    def datasets_dir(self) -> str:
-        """The folder of shipped data sets, as the payload on this target sees it."""
-        return self.data_root or f"{self.home}/datasets"
-
-    @property
-    def peer_address(self) -> str:
-        """The address other processes of a cell reach this target at (a container's own, or the host's)."""
-        return self.peer_ip or self.address
-
-    @property
-    def ssh(self) -> SshEndpoint:
-        """Where SSH goes for this target (its host's sshd for a container)."""
-        return SshEndpoint(self.name, self.address, self.port, self.user, self.key_file, self.known_hosts)
-
-    def transport(self) -> Transport:
-        """A new open transport to this target: SSH, and into the container when it is one."""
-        link: Transport = SshTransport(self.ssh)
-        if self.container is not None:
-            link = ContainerTransport(link, self.container, self.name)
-        return link
-
-    def ansible_vars(self) -> dict[str, Any]:
-        """Host variables for an inventory that reaches this target the way the transport does."""
-        return {
-            **self.ssh.ansible_vars(),
-            "ansible_python_interpreter": self.ansible_python,
-            "dlinfra_home": self.home,
-            "dlinfra_python": self.base_python,
-            "dlinfra_layer": self.layer,
-            **({"dlinfra_deps_store": self.deps_store} if self.deps_store else {}),
-        }
+    from dlinfra.runtime.sweep_report import SweepReport
 
 
 @dataclass
@@ -172,8 +77,9 @@ class Provider(abc.ABC):
     name: ClassVar[str]
     #: Layers this provider can provide, each mapped to the layer whose targets it runs on (or None).
     layers: ClassVar[Mapping[str, str | None]]
-    #: Options it accepts in ``layer_options.LAYER`` (besides ``provider``), with a one-line help each.
-    options: ClassVar[Mapping[str, str]] = {}
+    #: Options it accepts in ``layer_options.LAYER`` (besides ``provider``), each declared once (kind, default,
+    #: bounds, help): :meth:`validate` enforces them.
+    options: ClassVar[Mapping[str, Option]] = {}
 
     def __init__(self, layer: str) -> None:
         if layer not in self.layers:
@@ -194,7 +100,8 @@ class Provider(abc.ABC):
     def validate(cls, layer: str, options: Mapping[str, Any], where: str) -> None:
         """Refuse bad options before anything is built; ``where`` names them (file and key) in the error.
 
-        The default refuses keys not in :attr:`options`; override to check values too (and call super).
+        The default refuses keys not in :attr:`options` and checks every value against its :class:`Option`;
+        override to check how options go together (and call super).
         """
         unknown = sorted((str(k) for k in set(options) - set(cls.options) - {"provider"}), key=str)
         if unknown:
@@ -202,6 +109,7 @@ class Provider(abc.ABC):
                 f"{where}: unknown option(s) {', '.join(plain(k, 40) for k in unknown[:5])} for provider {cls.name}",
                 f"provider {cls.name} takes: {', '.join(sorted(cls.options)) or 'no options'}",
             )
+        check_options(cls.options, options, where)
 
     @classmethod
     def targets_per_host(cls, options: Mapping[str, Any]) -> int:
@@ -270,21 +178,3 @@ class Provider(abc.ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"layer": self.layer, "provider": self.name, "targets": [t.name for t in self.targets]}
-
-
-#: A host pattern of ``layer_options.LAYER.hosts``: a name, a group, ``group[i]``, a glob (Ansible's own forms).
-_HOST_PATTERN = re.compile(r"[\w.:@\[\]*?!&,~^$-]{1,255}", re.ASCII)
-
-
-def check_host_patterns(options: Mapping[str, Any], where: str) -> None:
-    """``options['hosts']``, when given: a list of at most as many host patterns as an inventory has hosts."""
-    hosts = options.get("hosts")
-    if hosts is None:
-        return
-    if not isinstance(hosts, list) or len(hosts) > MAX_HOSTS:
-        raise SpecError(f"{where}.hosts: must be a list of host patterns (names, groups, all[0])")
-    for i, pattern in enumerate(hosts):
-        if not isinstance(pattern, str) or not _HOST_PATTERN.fullmatch(pattern):
-            raise SpecError(
-                f"{where}.hosts.{i}: {excerpt(pattern, 40)} is not a host pattern", "a name, a group or group[i]"
-            )

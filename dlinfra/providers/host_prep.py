@@ -7,7 +7,7 @@ just works, and a broken one fails with the task that failed, naming the host), 
 same playbook by hand. A prepared host reports changed=0. The roles run with ``*_install: false``: dlinfra
 starts what is installed and says what to install; it never installs packages on a user's host by itself.
 
-Only the local testbed's per-namespace dockerds stay Python (``containers/daemons.py``): they are part of the
+Only the local testbed's per-namespace dockerds stay Python (``testbed/dockerd.py``): they are part of the
 testbed, not of a host.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dlinfra.errors import TargetError
-from dlinfra.orchestration.ansible import LOCAL_HOST, new_ident, run_playbook
-from dlinfra.orchestration.progress import phase
+from dlinfra.runtime.ansible import LOCAL_HOST, new_ident, run_playbook
+from dlinfra.runtime.progress import phase
 
 PREPARE_PLAYBOOK = "prepare.yml"
 Role = Literal["docker", "podman", "libvirt"]

@@ -92,7 +92,7 @@ def run_cloud_playbook(
 ) -> None:
     """Run ``playbooks/providers/PROVIDER/BOOK`` here (``connection: local``, this Python, which has
     openstacksdk) with ``PROVIDER_cloud`` set; a failed task is one TargetError naming it."""
-    from dlinfra.orchestration.ansible import LOCAL_HOST, new_ident, run_playbook
+    from dlinfra.runtime.ansible import LOCAL_HOST, new_ident, run_playbook
 
     with playbook_env(clouds_yaml):
         result = run_playbook(

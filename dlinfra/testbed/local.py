@@ -479,7 +479,7 @@ class LocalTestbed:
                 note("links", veth)
                 if not dry_run:
                     _run(["ip", "link", "del", veth], check=False)
-        from dlinfra.providers.containers.daemons import remove_dockerd_state
+        from dlinfra.testbed.dockerd import remove_dockerd_state
 
         for paths in daemons_state:
             for kind, items in remove_dockerd_state(paths, dry_run=dry_run).items():
@@ -557,18 +557,18 @@ class LocalTestbed:
     @staticmethod
     def _stop_dockerd(paths: Any, pid: int | None, note: Any, dry_run: bool) -> None:
         """Remove every container of a per-host dockerd (all of them are the testbed's), then stop it."""
-        from dlinfra.providers.containers import daemons
+        from dlinfra.testbed import dockerd
 
-        if daemons._answers(paths.socket):
+        if dockerd.answers(paths.socket):
             client = ["docker", "--host", f"unix://{paths.socket}"]
             names = _run([*client, "ps", "-a", "--format", "{{.Names}}"], check=False).stdout.split()
             note("containers", *(f"{n} (dockerd in {paths.netns})" for n in names))
             if names and not dry_run:
                 _run([*client, "rm", "--force", "--volumes", *names], check=False)
-        if pid is not None or daemons._pid(paths.pidfile) is not None:
+        if pid is not None or dockerd.pid_of(paths.pidfile) is not None:
             note("daemons", f"dockerd in {paths.netns} ({paths.socket})")
         if not dry_run:
-            daemons.stop_dockerd_at(paths, wait_s=20, pid=pid, unmount=False)
+            dockerd.stop_dockerd_at(paths, wait_s=20, pid=pid, unmount=False)
 
     @staticmethod
     def _need_root() -> None:
@@ -596,21 +596,21 @@ def _kill_netns(netns: str) -> None:
 
 def _daemon_bases() -> tuple[Path, Path]:
     """Where per-namespace dockerds keep runtime files and data (``/run/dlinfra``, ``/var/lib/dlinfra``)."""
-    from dlinfra.providers.containers.daemons import _state_base
+    from dlinfra.testbed.dockerd import state_base
 
-    return _state_base()
+    return state_base()
 
 
 def _testbed_dockerds(netns: str) -> list[tuple[Any, int | None]]:
     """The dockerds of one testbed host: at the usual paths, and any dockerd running inside its namespace."""
-    from dlinfra.providers.containers import daemons
+    from dlinfra.testbed import dockerd
 
     found: dict[str, tuple[Any, int | None]] = {}
-    usual = daemons.dockerd_paths(netns)
-    found[usual.socket] = (usual, daemons._pid(usual.pidfile))
+    usual = dockerd.dockerd_paths(netns)
+    found[usual.socket] = (usual, dockerd.pid_of(usual.pidfile))
     if _netns_exists(netns):
         for word in _run(["ip", "netns", "pids", netns], check=False).stdout.split():
-            paths = daemons.dockerd_of(int(word))
+            paths = dockerd.dockerd_of(int(word))
             if paths is not None:
                 found[paths.socket] = (paths, int(word))
     return list(found.values())

@@ -23,7 +23,7 @@ from typing import Any
 import paramiko
 from fabric import Config, Connection
 
-from dlinfra.errors import TargetError
+from dlinfra.errors import TargetError, Unreachable
 from dlinfra.transport.base import CommandResult, LinkLost, Transport
 
 #: Ansible's OpenSSH options (its ansible.cfg): one multiplexed connection per host, host keys always checked.
@@ -84,6 +84,17 @@ class SshEndpoint:
         return hv
 
 
+class _UnknownHostKey(paramiko.SSHException):
+    """The host's key is in no known_hosts file: told apart by its type, not by paramiko's message."""
+
+
+class _RefuseUnknownKey(paramiko.MissingHostKeyPolicy):
+    """paramiko's RejectPolicy, raising :class:`_UnknownHostKey`."""
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        raise _UnknownHostKey(hostname)
+
+
 def connect(endpoint: SshEndpoint, timeout: float = 10.0) -> Connection:
     """An open fabric connection; errors name the host and say what to do."""
     config = Config(overrides={"load_ssh_configs": False, "run": {"in_stream": False}})
@@ -98,7 +109,7 @@ def connect(endpoint: SshEndpoint, timeout: float = 10.0) -> Connection:
         connect_timeout=timeout,
         connect_kwargs=connect_kwargs,
     )
-    conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    conn.client.set_missing_host_key_policy(_RefuseUnknownKey())
     known = endpoint.known_hosts_path()
     if known.exists():
         conn.client.load_host_keys(str(known))
@@ -111,16 +122,15 @@ def connect(endpoint: SshEndpoint, timeout: float = 10.0) -> Connection:
         ) from None
     except paramiko.AuthenticationException:
         raise TargetError(f"{where}: SSH authentication failed", "check ansible_user and the private key") from None
+    except _UnknownHostKey:
+        raise TargetError(
+            f"{where}: host key is not in {known}", "add it (ssh-keyscan, checked by hand) or set dlinfra_known_hosts"
+        ) from None
     except paramiko.SSHException as exc:
-        if "known_hosts" in str(exc) or "not found in" in str(exc):
-            raise TargetError(
-                f"{where}: host key is not in {known}",
-                "add it (ssh-keyscan, checked by hand) or set dlinfra_known_hosts",
-            ) from None
         raise TargetError(f"{where}: SSH failed: {exc}") from None
     except (TimeoutError, OSError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise TargetError(f"{where} is unreachable: {reason}", "is the host up and its sshd running?") from None
+        raise Unreachable(f"{where} is unreachable: {reason}", "is the host up and its sshd running?") from None
     transport = conn.client.get_transport()
     if transport is not None:
         transport.set_keepalive(5)

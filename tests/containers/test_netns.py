@@ -24,11 +24,11 @@ import pytest
 from support import component, need, need_binary
 
 from dlinfra.errors import TargetError
-from dlinfra.providers.containers import daemons
-from dlinfra.providers.containers.engine import Engine
+from dlinfra.providers.containers.engine import Engine, ensure_dockerd
 from dlinfra.providers.containers.image import save_image
 from dlinfra.providers.containers.playbook import PlayHost, run_container, run_down, run_up
 from dlinfra.providers.containers.run import ContainerSpec, NetworkMode, Resources, remove_run
+from dlinfra.testbed.dockerd import stop_dockerd
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -102,9 +102,9 @@ def short_state_dirs() -> Iterator[None]:
 def test_docker_container_on_a_testbed_host_is_in_its_network(
     fake_host: FakeHost, short_state_dirs: None, docker: Engine, docker_tiny, run_id: str
 ) -> None:
-    engine = daemons.ensure_dockerd(fake_host.netns, host="tb-host1")
+    engine = ensure_dockerd(fake_host.netns, host="tb-host1")
     try:
-        assert daemons.ensure_dockerd(fake_host.netns, host="tb-host1") == engine  # idempotent: reused
+        assert ensure_dockerd(fake_host.netns, host="tb-host1") == engine  # idempotent: reused
         name, bridged = f"dlinfra-{run_id}-tb", f"dlinfra-{run_id}-tbb"
         mode = NetworkMode.parse(f"netns:{fake_host.netns}")
         containers = [
@@ -130,7 +130,7 @@ def test_docker_container_on_a_testbed_host_is_in_its_network(
         assert not engine.exists("image", docker_tiny.tag)
     finally:
         remove_run(engine, run_id)
-        daemons.stop_dockerd(fake_host.netns)
+        stop_dockerd(fake_host.netns)
     with pytest.raises(TargetError) as err:
         engine.check_available()
     assert str(err.value).startswith("host tb-host1: docker is installed but dockerd is not running")

@@ -120,7 +120,8 @@ def test_provider_up_exec_pair_and_down(kind: str, testbed, tiny_wheelhouse: Pat
     for engine in engines:
         if engine.kind == "docker" and engine.netns:
             # provider.down stopped the per-host dockerd it started: restart it to look inside
-            from dlinfra.providers.containers.daemons import ensure_dockerd, stop_dockerd
+            from dlinfra.providers.containers.engine import ensure_dockerd
+            from dlinfra.testbed.dockerd import stop_dockerd
 
             engine = ensure_dockerd(engine.netns, host=engine.host)
         assert run_id not in engine.run("ps", "-a", "--format", "{{.Names}}").stdout
@@ -139,11 +140,12 @@ def test_engine_over_ssh_checks_loads_runs_and_cleans(testbed, docker: Engine, d
     """The real-host path: the up/down playbooks over SSH (the image copied there, loaded), engine checks over SSH."""
     import sys
 
-    from dlinfra.providers.containers.daemons import ensure_dockerd, stop_dockerd
+    from dlinfra.providers.containers.engine import ensure_dockerd
     from dlinfra.providers.containers.image import save_image
     from dlinfra.providers.containers.playbook import PlayHost, run_down, run_up
     from dlinfra.providers.containers.provider import ssh_via
     from dlinfra.providers.containers.run import ContainerSpec, NetworkMode, Resources, remove_run
+    from dlinfra.testbed.dockerd import stop_dockerd
 
     hosts, _ = testbed
     host = hosts[0]

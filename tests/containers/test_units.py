@@ -158,7 +158,9 @@ def test_provider_options_are_checked_before_anything_starts(tmp_path) -> None:
 
     with pytest.raises(DlinfraError, match=r"c.yml:3: layer_options.ctr: unknown option\(s\) cpuset_cpus"):
         check(cpuset_cpus="0")
-    with pytest.raises(DlinfraError, match=r"layer_options.ctr.placement: 'multiple' is not known"):
+    with pytest.raises(
+        DlinfraError, match=r"layer_options.ctr.placement: 'multiple' is not one of single, spread, pack"
+    ):
         check(placement="multiple")
     with pytest.raises(DlinfraError, match=r"layer_options.ctr: placement single runs one process per host"):
         check(placement="single", processes_per_host=2)

@@ -369,7 +369,7 @@ CASES = [
     ),
     # -- a dry run as strict as the run ------------------------------------------------------------------------
     Case("ctr-negative-cpus", options("ctr", "{cpus: -1}"), ("layer_options.ctr: cpus (CPU quota) -1",)),
-    Case("ctr-negative-memory", options("ctr", "{memory_bytes: -5}"), ("layer_options.ctr: memory limit -5",)),
+    Case("ctr-negative-memory", options("ctr", "{memory_bytes: -5}"), ("layer_options.ctr.memory_bytes: -5 must be",)),
     Case("ctr-shell-gpus", options("ctr", "{gpus: 'all; touch pwned'}"), ("layer_options.ctr: gpus",)),
     Case("ctr-shell-base-image", options("ctr", "{base_image: '$(touch pwned)'}"), ("layer_options.ctr.base_image",)),
     Case("ctr-wheelhouse-device", options("ctr", "{wheelhouse: /dev/zero}"), ("layer_options.ctr.wheelhouse",)),

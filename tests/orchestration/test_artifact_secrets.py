@@ -17,7 +17,7 @@ import pytest
 from support import need_binary
 
 from dlinfra import secrets
-from dlinfra.orchestration.ansible import KEEP_ENV_VAR, PlaybookResult, run_playbook
+from dlinfra.runtime.ansible import KEEP_ENV_VAR, PlaybookResult, run_playbook
 
 pytestmark = pytest.mark.slow
 

@@ -215,7 +215,7 @@ def test_a_payload_stopped_by_its_cell_timeout_leaves_its_temporary_folder_in_it
 
 def test_failed_task_names_host_task_and_message(deployed, tmp_path: Path) -> None:
     from dlinfra.errors import TargetError
-    from dlinfra.orchestration.ansible import run_playbook
+    from dlinfra.runtime.ansible import run_playbook
 
     book = tmp_path / "fail.yml"
     book.write_text(

@@ -65,7 +65,8 @@ def _spec(
 
 def _payload_image_loads(hosts: list[Any]) -> dict[tuple[str, str], str]:
     """(host, payload image) -> when that host's dockerd last tagged it: a load tags it again."""
-    from dlinfra.providers.containers.daemons import ensure_dockerd, stop_dockerd
+    from dlinfra.providers.containers.engine import ensure_dockerd
+    from dlinfra.testbed.dockerd import stop_dockerd
 
     times = {}
     for host in hosts:
@@ -90,8 +91,9 @@ def _image(runs: list[sqlite3.Row]) -> str:
 def _assert_nothing_left(hosts: list[Any], runs: list[sqlite3.Row]) -> None:
     """Each host's dockerd holds no container or network of the run; the payload image stays, as the testbed
     host's image cache (keep_images' default there), so the next campaign loads nothing."""
-    from dlinfra.providers.containers.daemons import ensure_dockerd, stop_dockerd
+    from dlinfra.providers.containers.engine import ensure_dockerd
     from dlinfra.providers.containers.run import RUN_LABEL
+    from dlinfra.testbed.dockerd import stop_dockerd
 
     for host in hosts:
         engine = ensure_dockerd(host.netns, host=host.name)

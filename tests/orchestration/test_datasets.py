@@ -22,7 +22,7 @@ from dlinfra.orchestration.launch import Launcher
 from dlinfra.orchestration.spec import load_spec
 from dlinfra.payload import data
 from dlinfra.payload.cli import main as payload_main
-from dlinfra.providers.base import Target
+from dlinfra.target import Target
 
 SMALL = DatasetSpec("small", classes=3, images_per_class=4, long_side=(40, 64), seed=5)
 

@@ -9,7 +9,7 @@ import pytest
 from dlinfra.errors import SpecError
 from dlinfra.orchestration.cells import expand, run_order
 from dlinfra.orchestration.spec import load_spec
-from dlinfra.providers.base import Target
+from dlinfra.target import Target
 
 
 def _targets(n: int = 1) -> list[Target]:

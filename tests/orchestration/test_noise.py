@@ -131,7 +131,7 @@ LOCAL = {"all": {"hosts": {"localhost": {"ansible_connection": "local", "ansible
 
 def _restore_here(state_file: str | Path, artifacts: Path) -> None:
     """The role's absent state on this machine: whatever a test did, the next tests get every CPU back."""
-    from dlinfra.orchestration.ansible import run_playbook
+    from dlinfra.runtime.ansible import run_playbook
 
     extravars = {"measurement_shield_state": "absent", "measurement_shield_state_file": str(state_file)}
     run_playbook("shield.yml", inventory=LOCAL, extravars=extravars, artifacts_dir=artifacts, quiet=True)
@@ -142,7 +142,7 @@ def test_the_shield_moves_a_hog_off_the_payloads_cpu_and_absent_restores_everyth
     """Role measurement_shield on this machine: an unpinned hog is moved off the shielded CPU, and a payload pinned
     there is then clean; a second present changes nothing; absent gives the hog its CPUs back and every knob its
     value (transparent huge pages here), and removes the state file."""
-    from dlinfra.orchestration.ansible import run_playbook
+    from dlinfra.runtime.ansible import run_playbook
 
     cpus = sorted(os.sched_getaffinity(0))
     need(len(cpus) >= 2, "two CPUs (a shield keeps one for the payload, the rest for everything else)")

@@ -48,7 +48,10 @@ def test_set_overrides_fields_before_validation() -> None:
     [
         ("steps=-1", "demo.yml --set steps=-1: steps: must be an integer >= 1"),
         ("colour=red", "demo.yml --set colour=red: colour: unknown field 'colour'"),
-        ("layer_options.vm.vcpus=0", "--set layer_options.vm.vcpus=0: layer_options.vm.vcpus: must be an integer"),
+        (
+            "layer_options.vm.vcpus=0",
+            "--set layer_options.vm.vcpus=0: layer_options.vm.vcpus: 0 must be a positive integer",
+        ),
         ("layer_options.ctr.placement=everywhere", "--set layer_options.ctr.placement=everywhere: layer_options.ctr"),
         ("steps", "--set 'steps': must be KEY=VALUE"),
         ("workloads.9.matrix.batch_size=1", "workloads.9 is not a field that can be set"),

@@ -20,8 +20,8 @@ from dlinfra.orchestration.spec import CELL_KEYS, MATRIX_KEYS, TOP_FIELDS, load_
 from dlinfra.payload import cli
 from dlinfra.payload.params import PARAM, PARAMS, Param
 from dlinfra.payload.workloads import WORKLOADS
-from dlinfra.providers.base import Target
 from dlinfra.record import config_hash
+from dlinfra.target import Target
 
 #: The payload's own flags beyond the table: what to run, placement and cluster (set by the launcher), output.
 PAYLOAD_ONLY = {

@@ -15,7 +15,7 @@ import pytest
 
 _HOLDER = """
 import os, signal, sys, time
-from dlinfra.orchestration.runs_registry import claim
+from dlinfra.runtime.runs_registry import claim
 held = claim(sys.argv[1], "ctr", host="h1")
 held.add("folder", key="f", path="/nonexistent/ctr/" + sys.argv[1])
 if sys.argv[2] == "fork":  # a child that outlives its parent must not keep the run alive
@@ -39,7 +39,7 @@ def _holder(label: str, mode: str, cache: Path) -> subprocess.Popen:
 def test_registry_tells_live_runs_from_killed_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A claim is live while its process lives, whatever else holds its fd; SIGKILL makes it dead, with its record."""
     from dlinfra.errors import DlinfraError
-    from dlinfra.orchestration import runs_registry as reg
+    from dlinfra.runtime import runs_registry as reg
 
     monkeypatch.setenv("DLINFRA_CACHE", str(tmp_path))
     mine = reg.claim("rmine", "libvirt", uri="qemu:///system")
@@ -77,7 +77,7 @@ def test_registry_tells_live_runs_from_killed_ones(tmp_path: Path, monkeypatch: 
 
 _SWEEPER = """
 import sys, time
-from dlinfra.orchestration.runs_registry import take_over
+from dlinfra.runtime.runs_registry import take_over
 with take_over(sys.argv[1]) as held:
     assert held is not None
     print("taken", flush=True)
@@ -104,8 +104,8 @@ def test_a_run_another_sweep_holds_is_not_live_and_the_users_sweep_waits_for_it(
     """A sweep that holds a dead run must not make ``dlinfra sweep`` say "its controller is alive" and return with
     the run's objects still there: the run is seen as being swept, a campaign's start-up sweep leaves it at once,
     and the user's sweep (of that run, or of all) waits for the other one to finish."""
-    from dlinfra.orchestration import runs_registry as reg
     from dlinfra.orchestration.sweep import sweep, sweep_dead_runs
+    from dlinfra.runtime import runs_registry as reg
 
     monkeypatch.setenv("DLINFRA_CACHE", str(tmp_path))
     other = _being_swept("rswept", tmp_path, hold_s=3)

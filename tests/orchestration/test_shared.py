@@ -25,10 +25,10 @@ from dlinfra.errors import SpecError
 from dlinfra.orchestration.cells import expand, plan
 from dlinfra.orchestration.launch import Launcher
 from dlinfra.orchestration.spec import load_spec
-from dlinfra.providers.base import Target
 from dlinfra.report.frame import METRICS
 from dlinfra.report.views import shared_view
 from dlinfra.results.store import open_store
+from dlinfra.target import Target
 from dlinfra.transport import CommandResult, Transport, TransportPool
 
 SHARED = (

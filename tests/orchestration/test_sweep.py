@@ -108,9 +108,9 @@ def test_sigkill_during_a_ctr_cell_then_sweep_leaves_nothing(testbed_one, tmp_pa
     """The controller dies mid-cell: its container, network, dockerd, mounts and runs folder survive it; the
     sweep (or the ``--resume`` that follows the crash, before it makes anything) removes each of them, the
     state file too, and a second sweep finds nothing."""
-    from dlinfra.orchestration.runs_registry import is_live, runs_dir
-    from dlinfra.providers.containers.daemons import dockerd_paths
     from dlinfra.providers.containers.run import RUN_LABEL
+    from dlinfra.runtime.runs_registry import is_live, runs_dir
+    from dlinfra.testbed.dockerd import dockerd_paths
 
     st = testbed_one
     host = st.hosts[0]
@@ -217,7 +217,7 @@ def test_sigkill_during_a_shared_bm_cell_then_sweep_stops_its_processes(testbed_
     """The controller dies while a shared cell runs on a bm host: the cell's process and its background job,
     started there over SSH, outlive it (until their own timeouts: the cell's, and twice that for the job);
     ``dlinfra sweep`` stops both and removes the job's folder."""
-    from dlinfra.orchestration.runs_registry import is_live, runs_dir
+    from dlinfra.runtime.runs_registry import is_live, runs_dir
 
     need_binary("sysbench")
     host = testbed_one.hosts[0]
@@ -265,7 +265,7 @@ def test_sigkill_during_a_shared_bm_cell_then_sweep_stops_its_processes(testbed_
 _VM_CONTROLLER = """
 import sys, time
 from pathlib import Path
-from dlinfra.orchestration.runs_registry import claim
+from dlinfra.runtime.runs_registry import claim
 from dlinfra.providers.libvirt.image import GuestImage
 from dlinfra.providers.libvirt.provider import LibvirtProvider
 from dlinfra.providers.libvirt.spec import GuestSpec
@@ -286,10 +286,10 @@ def test_sigkill_during_vm_bring_up_then_startup_sweep_leaves_nothing(tmp_path: 
     serial log and keys outlive it; the sweep a campaign runs first (``sweep_dead_runs``) removes them all."""
     _need_root_tools("libvirtd", "qemu-system-x86_64", "qemu-img", "mkfs.ext4")
     libvirt = need_module("libvirt")
-    from dlinfra.orchestration.runs_registry import is_live, runs_dir
     from dlinfra.orchestration.sweep import sweep_dead_runs
     from dlinfra.providers.host_prep import controller, prepare
     from dlinfra.providers.libvirt.provider import new_run_label
+    from dlinfra.runtime.runs_registry import is_live, runs_dir
 
     prepare([controller("libvirt")])  # libvirtd answering, as a campaign has it
     label = new_run_label()
@@ -380,7 +380,8 @@ def _tiny_rootfs(path: Path) -> Path:
 
 def _busy_host_dockerd(netns: str, rootfs: Path) -> object:
     """A per-host dockerd (as the ctr layer starts) running a container on a bridge network of its own."""
-    from dlinfra.providers.containers.daemons import dockerd_paths, ensure_dockerd
+    from dlinfra.providers.containers.engine import ensure_dockerd
+    from dlinfra.testbed.dockerd import dockerd_paths
 
     ensure_dockerd(netns, host=netns)
     client = ["docker", "--host", f"unix://{dockerd_paths(netns).socket}"]
@@ -415,8 +416,8 @@ def test_testbed_down_removes_daemons_mounts_data_roots_rules_and_files(tmp_path
     """Host 1 runs a dockerd with a container on a bridge network; host 2 a podman container. ``testbed
     down`` removes every kind of object, never touches this machine's own dockerd, and is idempotent."""
     _need_root_tools("dockerd", "podman")
-    from dlinfra.providers.containers.daemons import DEFAULT_SOCKET
     from dlinfra.providers.containers.engine import Engine
+    from dlinfra.testbed.dockerd import DEFAULT_SOCKET
     from dlinfra.testbed.local import LocalTestbed
 
     name = "dlswt"
@@ -493,8 +494,8 @@ def test_testbed_down_without_its_state_file_finds_everything_by_name(tmp_path: 
 _PLAYBOOK_CONTROLLER = """
 import sys
 from pathlib import Path
-from dlinfra.orchestration.ansible import LOCAL_HOST, run_playbook
-from dlinfra.orchestration.runs_registry import set_campaign
+from dlinfra.runtime.ansible import LOCAL_HOST, run_playbook
+from dlinfra.runtime.runs_registry import set_campaign
 set_campaign(sys.argv[3])
 run_playbook(Path(sys.argv[1]), inventory={"all": {"hosts": {"localhost": dict(LOCAL_HOST)}}},
              artifacts_dir=Path(sys.argv[2]), quiet=True, timeout=600)
@@ -517,7 +518,7 @@ def test_sweep_stops_the_playbook_of_a_sigkilled_controller(tmp_path: Path) -> N
     """ansible-runner gives ansible-playbook a session of its own: a SIGKILLed controller left it running.
     The sweep stops it (and only it: a playbook of a live controller is never an orphan, and a sweep of
     another campaign leaves it), and names its playbook."""
-    from dlinfra.orchestration.orphans import orphaned_playbooks
+    from dlinfra.runtime.orphans import orphaned_playbooks
 
     need_binary("ansible-playbook")
     book = tmp_path / "slow.yml"
@@ -565,7 +566,7 @@ def test_sweep_stops_the_playbook_of_a_sigkilled_controller(tmp_path: Path) -> N
 _INTERRUPTED_CONTROLLER = """
 import signal, sys
 from pathlib import Path
-from dlinfra.orchestration.ansible import LOCAL_HOST, run_playbook
+from dlinfra.runtime.ansible import LOCAL_HOST, run_playbook
 inventory = {"all": {"hosts": {"localhost": dict(LOCAL_HOST)}}}
 run_playbook(Path(sys.argv[1]), inventory=inventory, artifacts_dir=Path(sys.argv[3]) / "quick", quiet=True)
 print("handlers after a playbook:", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
@@ -617,7 +618,7 @@ def test_ctrl_c_during_a_playbook_stops_it_and_the_controller(tmp_path: Path) ->
 
 def test_a_playbook_past_its_timeout_leaves_no_process(tmp_path: Path) -> None:
     """ansible-runner ends a timed-out playbook's main process only; its running task must not go on."""
-    from dlinfra.orchestration.ansible import LOCAL_HOST, run_playbook
+    from dlinfra.runtime.ansible import LOCAL_HOST, run_playbook
 
     need_binary("ansible-playbook")
     book = tmp_path / "slow.yml"

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from dlinfra.errors import SpecError
-from dlinfra.orchestration.ansible import scrub
 from dlinfra.orchestration.cells import expand, plan, tf_config
 from dlinfra.orchestration.spec import load_spec
-from dlinfra.providers.base import Target
+from dlinfra.runtime.ansible import scrub
+from dlinfra.target import Target
 from dlinfra.transport import remote_command
 
 

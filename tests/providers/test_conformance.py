@@ -209,8 +209,8 @@ def test_up_twice_verify_the_payload_then_down_leaves_nothing(
 ) -> None:
     case.needs()
     from dlinfra.orchestration.deploy import deploy, verify_identities
-    from dlinfra.orchestration.runs_registry import live_runs
     from dlinfra.providers.registry import provider_class
+    from dlinfra.runtime.runs_registry import live_runs
 
     cls = provider_class(case.provider)
     provider = cls(case.layer)
@@ -258,9 +258,9 @@ def test_sweep_after_sigkill_in_the_middle_of_up_leaves_nothing(case: Case, test
     """The controller is killed as soon as the provider has made something (or, for a provider that makes
     nothing, once up returned); ``sweep`` of its labels then leaves nothing behind and no state file."""
     case.needs()
-    from dlinfra.orchestration.runs_registry import dead_runs, live_runs
     from dlinfra.orchestration.sweep import sweep
     from dlinfra.providers.registry import provider_class
+    from dlinfra.runtime.runs_registry import dead_runs, live_runs
 
     cls = provider_class(case.provider)
     log = tmp_path / "controller.log"

@@ -18,8 +18,8 @@ import pytest
 from support import need, need_binary
 
 from dlinfra.errors import TargetError
-from dlinfra.orchestration.ansible import LOCAL_HOST
 from dlinfra.providers.host_prep import HostToPrepare, controller, inventory, prepare
+from dlinfra.runtime.ansible import LOCAL_HOST
 
 
 def test_inventory_puts_each_host_in_its_roles_group() -> None:

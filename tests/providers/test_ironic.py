@@ -44,7 +44,7 @@ def _spec(options: dict[str, Any], *names: str) -> Any:
 
 
 def _claims() -> list[Any]:
-    from dlinfra.orchestration.runs_registry import live_runs
+    from dlinfra.runtime.runs_registry import live_runs
 
     return [r for r in live_runs() if r.pid == os.getpid() and r.of_kind("ironic-node")]
 

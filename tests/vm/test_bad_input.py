@@ -81,13 +81,13 @@ def test_same_device_for_two_guests(provider) -> None:
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ({"name": "g1", "cpuset": "3-1"}, "guest.cpuset: range '3-1' runs backwards"),
-        ({"name": "g1", "cpuset": "two"}, "guest.cpuset: 'two' is not a CPU set"),
+        ({"name": "g1", "cpuset": "3-1"}, "guest.cpuset: '3-1' must be a CPU list like '0-3,8' (range '3-1' runs"),
+        ({"name": "g1", "cpuset": "two"}, "guest.cpuset: 'two' must be a CPU list like '0-3,8' ('two' is not a CPU"),
         ({"name": "g1", "devices": ["01:00"]}, "guest.devices: '01:00' is neither a PCI address nor vendor:product"),
-        ({"name": "G_1"}, "guest name 'G_1' is invalid"),
+        ({"name": "G_1"}, "guest.name: 'G_1' is not a guest name (1-31 of a-z, 0-9 and '-')"),
         ({"name": "g1", "memory": 4}, "guest: unknown field(s) memory"),
-        ({"name": "g1", "emulation": "yes"}, "emulation must be never, allow or require"),
-        ({"name": "g1", "vcpus": 0}, "vcpus must be an integer >= 1"),
+        ({"name": "g1", "emulation": "yes"}, "guest.emulation: 'yes' is not one of never, allow, require"),
+        ({"name": "g1", "vcpus": 0}, "guest.vcpus: 0 must be a positive integer (at most 1024)"),
     ],
 )
 def test_malformed_spec(raw: dict, message: str) -> None:

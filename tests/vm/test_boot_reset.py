@@ -68,10 +68,10 @@ def _boot(
 ) -> tuple[LibvirtProvider, str, Exception | None]:
     """Boot one guest; ``on_reset`` runs once the provider has reset it. Returns the provider, what it said,
     and the error it raised (None when the guest came up)."""
-    from dlinfra.orchestration import progress
     from dlinfra.providers.libvirt.image import build_guest_image
     from dlinfra.providers.libvirt.provider import LibvirtProvider
     from dlinfra.providers.libvirt.spec import GuestSpec
+    from dlinfra.runtime import progress
 
     said = io.StringIO()
     progress.use_console(Console(file=said, width=400))

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from support import need_binary
 
-from dlinfra.orchestration.runs_registry import claim
 from dlinfra.providers.libvirt.domain import DomainPlan, domain_vars, vcpu_pins
 from dlinfra.providers.libvirt.network import SUBNET_KIND, network_vars, pick_subnet, plan_network, subnet_choice
 from dlinfra.providers.libvirt.spec import GuestSpec, PciAddress
+from dlinfra.runtime.runs_registry import claim
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 

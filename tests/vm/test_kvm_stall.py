@@ -93,9 +93,9 @@ def test_allow_falls_back_to_tcg_within_the_bound_and_remembers(hanging_image, t
     its boot, then waits, never in userspace (under TCG, so that it holds on every machine; ``kvm_stalled``
     applies the same reading under KVM)."""
     from dlinfra.errors import DlinfraError
-    from dlinfra.orchestration import progress
     from dlinfra.providers.libvirt.boot import KVM_STALL_S, kvm_stalled
     from dlinfra.providers.libvirt.spec import GuestSpec
+    from dlinfra.runtime import progress
 
     log = _Timed()
     progress.use_console(Console(file=log, width=300))

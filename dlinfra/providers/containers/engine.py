@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from dlinfra.errors import TargetError
-from dlinfra.orchestration.progress import note
+from dlinfra.runtime.progress import note
+from dlinfra.testbed.dockerd import start_dockerd
 
 EngineKind = Literal["docker", "podman"]
 ENGINES: tuple[str, ...] = ("docker", "podman")
@@ -153,7 +154,7 @@ class Engine:
                 sock = self.socket or "/var/run/docker.sock"
                 raise TargetError(
                     f"host {self.host}: docker is installed but dockerd is not running (socket {sock}): {_tail(text)}",
-                    "start it (role docker_host, or dlinfra's daemons.ensure_dockerd on the local testbed)",
+                    "start it (role docker_host, or dlinfra's ensure_dockerd on the local testbed)",
                 )
             raise TargetError(
                 f"host {self.host}: podman cannot run containers with runtime {self.runtime}: {_tail(text)}",
@@ -217,3 +218,10 @@ def engine_for(kind: str, host: str = "localhost", **kwargs: object) -> Engine:
     if kind not in ENGINES:
         raise TargetError(f"host {host}: unknown container engine {kind!r}", f"use one of {', '.join(ENGINES)}")
     return Engine(kind=kind, host=host, **kwargs)  # type: ignore[arg-type]
+
+
+def ensure_dockerd(netns: str, *, host: str | None = None, wait_s: float = 90.0) -> Engine:
+    """A docker Engine for a local-testbed host whose own dockerd answers, starting it if needed
+    (:func:`dlinfra.testbed.dockerd.start_dockerd`; ``host`` names it in messages, default the namespace)."""
+    paths = start_dockerd(netns, host=host, wait_s=wait_s)
+    return Engine("docker", host=host or netns, socket=paths.socket, netns=netns)

@@ -5,7 +5,7 @@
 ``community.docker`` / ``containers.podman``); ``down.yml`` removes what carries the run's label. This
 module writes the inventory those playbooks take (per host: how Ansible reaches it, its engine, the
 image to load, the containers, computed here), runs them through
-:func:`dlinfra.orchestration.ansible.run_playbook` and reads each container's inspect record back
+:func:`dlinfra.runtime.ansible.run_playbook` and reads each container's inspect record back
 from the ``dlinfra_report`` the play sets.
 
 Where modules run: an engine of this machine (a local-testbed host's dockerd socket, podman joining
@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from dlinfra.errors import DlinfraError
-from dlinfra.orchestration.runs_registry import claim
 from dlinfra.providers.containers.engine import Engine
 from dlinfra.providers.containers.run import _CLAIMS, RESULTS_IN_CONTAINER, ContainerSpec, engine_where, role_network
+from dlinfra.runtime.runs_registry import claim
 
 if TYPE_CHECKING:
-    from dlinfra.orchestration.ansible import PlaybookResult
+    from dlinfra.runtime.ansible import PlaybookResult
 
 UP = "providers/containers/up.yml"
 DOWN = "providers/containers/down.yml"
@@ -148,7 +148,7 @@ def play(
     build_tasks: tuple[str, ...] = (),
 ) -> PlaybookResult:
     """Run ``book`` (:data:`UP` or :data:`DOWN`) for these hosts through the wrapper; raise on any failure."""
-    from dlinfra.orchestration.ansible import new_ident, run_playbook
+    from dlinfra.runtime.ansible import new_ident, run_playbook
 
     with tempfile.TemporaryDirectory(prefix="dlinfra-ctr-") as tmp:
         where = Path(artifacts_dir) if artifacts_dir else Path(tmp)

@@ -38,13 +38,9 @@ from typing import Any, ClassVar
 from dlinfra.errors import DlinfraError, SpecError, TargetError
 from dlinfra.images.deps_archive import build_deps_archive
 from dlinfra.inventory import InventoryHost, match_pattern
-from dlinfra.orchestration.progress import phase
-from dlinfra.orchestration.runs_registry import RunClaim, claim, is_live, is_valid_label, live_runs
-from dlinfra.orchestration.sweep_report import SweepReport
 from dlinfra.payload.cpuset import format_cpuset, split_cpuset
-from dlinfra.providers.base import LayerSpec, Provider, Target, check_host_patterns
-from dlinfra.providers.containers import daemons
-from dlinfra.providers.containers.engine import Engine
+from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.providers.containers.engine import Engine, ensure_dockerd
 from dlinfra.providers.containers.image import VENV, build_payload_image, save_image
 from dlinfra.providers.containers.playbook import DOWN as DOWN_PLAYBOOK
 from dlinfra.providers.containers.playbook import UP as UP_PLAYBOOK
@@ -63,12 +59,18 @@ from dlinfra.providers.containers.run import (
     run_labels,
 )
 from dlinfra.providers.host_prep import HostToPrepare, controller, prepare
+from dlinfra.providers.options import Option
 from dlinfra.providers.ssh.provider import target_from_host
-from dlinfra.text import excerpt, plain
+from dlinfra.runtime.progress import phase
+from dlinfra.runtime.runs_registry import RunClaim, claim, is_live, is_valid_label, live_runs
+from dlinfra.runtime.sweep_report import SweepReport
+from dlinfra.testbed import dockerd
+from dlinfra.text import plain
 from dlinfra.transport import ContainerAccess
 
 #: An image reference as the engines take one (``debian:12``, ``registry.lab:5000/team/base@sha256:...``).
 _IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}", re.ASCII)
+_RUN_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,30}", re.ASCII)
 
 HOME_IN_CONTAINER = "/opt/dlinfra"  # so Target.python is the image's venv: /opt/dlinfra/venv/bin/python
 #: Where a container sees its host's shipped data sets (HOME/datasets there), read-only.
@@ -131,24 +133,29 @@ class ContainerProvider(Provider):
     #: docker or podman: set by the registered subclasses below.
     engine_kind: ClassVar[str]
     layers: ClassVar[Mapping[str, str | None]] = {"ctr": None, "ctr-vm": "vm"}
-    options: ClassVar[Mapping[str, str]] = {
-        "hosts": "host patterns of the hosts that get containers (default: every host carrying the layer)",
-        "placement": f"one of {', '.join(PLACEMENTS)} (default spread)",
-        "processes_per_host": "containers per host for spread (default 1)",
-        "network": "host, bridge, none or container:NAME (default host)",
-        "cpus": "CPU quota per container (--cpus)",
-        "memory_bytes": "memory limit per container",
-        "gpus": "GPUs per container (--gpus; needs the NVIDIA runtime)",
-        "pin": "pin each container to its own CPU set (default true)",
-        "base_image": "base image of the payload image (default: the one built from the cached root filesystem)",
-        "keep_images": "leave the loaded payload image on the hosts after the campaign, as their image cache "
-        "(default: true on local testbed hosts, whose engine data goes with the testbed; false elsewhere)",
-        "run_id": "label of this run's objects (default: random)",
-        "ports_per_container": "ports published per bridge container when bridged across hosts (default: the "
-        "most processes of one of the campaign's cells on the layer, plus one; at least 2)",
-        "port_base": "first published port (default 23000)",
-        "wheelhouse": "a prebuilt wheelhouse folder with requirements.lock (air-gapped sites, tests)",
-    }
+    options: ClassVar[Mapping[str, Option]] = {
+        "hosts": Option("host patterns of the hosts that get containers (default: every host carrying the layer)",
+                        "patterns"),
+        "placement": Option("how a cell's processes go onto the hosts", "choice", "spread", choices=PLACEMENTS),
+        "processes_per_host": Option("containers per host for spread", "int", 1, low=1, high=1024),
+        "network": Option("host, bridge, none or container:NAME", "str", "host"),
+        "cpus": Option("CPU quota per container (--cpus)", "number", high=4096),
+        "memory_bytes": Option("memory limit per container (the engines' least: 6 MiB)", "int", low=6 << 20),
+        "gpus": Option("GPUs per container (--gpus: 'all' or indexes like 0,1; needs the NVIDIA runtime)", "str"),
+        "pin": Option("pin each container to its own CPU set", "bool", True),
+        "base_image": Option("base image of the payload image (default: the one built from the cached root "
+                             "filesystem)", "str", pattern=_IMAGE_REF, shape="an image reference"),
+        "keep_images": Option("leave the loaded payload image on the hosts after the campaign, as their image cache "
+                              "(default: true on local testbed hosts, whose engine data goes with the testbed; false "
+                              "elsewhere)", "bool"),
+        "run_id": Option("label of this run's objects (default: random)", "str", pattern=_RUN_ID,
+                         shape="lowercase letters, digits and '-' (at most 31)"),
+        "ports_per_container": Option("ports published per bridge container when bridged across hosts (default: the "
+                                      "most processes of one of the campaign's cells on the layer, plus one; at "
+                                      "least 2)", "int", low=0, high=65_535),
+        "port_base": Option("first published port", "int", 23_000, low=0, high=65_535),
+        "wheelhouse": Option("a prebuilt wheelhouse folder with requirements.lock (air-gapped sites, tests)", "path"),
+    }  # fmt: skip
 
     def __init__(self, layer: str = "ctr") -> None:
         super().__init__(layer)
@@ -180,45 +187,24 @@ class ContainerProvider(Provider):
                 f"write provider: {options['engine']} instead of engine: {options['engine']}",
             )
         super().validate(layer, options, where)
-        placement = options.get("placement", "spread")
-        if placement not in PLACEMENTS:
-            raise SpecError(
-                f"{where}.placement: {excerpt(placement, 40)} is not known", f"use one of {', '.join(PLACEMENTS)}"
-            )
         try:
             NetworkMode.parse(str(options.get("network", "host")))
         except DlinfraError as exc:
             raise SpecError(f"{where}.network: {exc.message}", exc.hint) from None
-        n = options.get("processes_per_host", 1)
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise SpecError(f"{where}.processes_per_host: {excerpt(n, 40)} must be a positive integer")
-        check_host_patterns(options, where)
-        if placement == "single" and n != 1:
+        if options.get("placement") == "single" and options.get("processes_per_host", 1) != 1:
             raise SpecError(f"{where}: placement single runs one process per host", "use spread or pack")
-        for key in ("ports_per_container", "port_base"):
-            value = options.get(key, 0)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise SpecError(f"{where}.{key}: {excerpt(value, 40)} must be a non-negative integer")
         try:
             Resources(
                 cpus=options.get("cpus"), memory_bytes=options.get("memory_bytes"), gpus=options.get("gpus")
             ).validate(where)
         except DlinfraError as exc:
             raise SpecError(exc.message, exc.hint) from None
-        base = options.get("base_image")
-        if base is not None and not (isinstance(base, str) and _IMAGE_REF.fullmatch(base)):
-            raise SpecError(f"{where}.base_image: {excerpt(base, 60)} is not an image reference", "e.g. debian:12")
         wheelhouse = options.get("wheelhouse")
-        if wheelhouse is not None and not (Path(str(wheelhouse)) / "requirements.lock").is_file():
+        if wheelhouse is not None and not (Path(wheelhouse) / "requirements.lock").is_file():
             raise SpecError(
                 f"{where}.wheelhouse: {plain(wheelhouse, 120, tail=True)} is not a wheelhouse folder",
                 "a folder holding requirements.lock and its wheels",
             )
-        if not isinstance(options.get("keep_images", False), bool):
-            raise SpecError(f"{where}.keep_images: {excerpt(options['keep_images'], 40)} must be true or false")
-        run_id = options.get("run_id")
-        if run_id is not None and not re.match(r"^[a-z0-9][a-z0-9-]{0,30}$", str(run_id)):
-            raise SpecError(f"{where}.run_id: {excerpt(run_id, 40)} must be lowercase letters, digits and '-'")
 
     @classmethod
     def targets_per_host(cls, options: Mapping[str, Any]) -> int:
@@ -240,11 +226,11 @@ class ContainerProvider(Provider):
         netns = host.vars.get("dlinfra_netns")
         if netns:  # local testbed: drive the engine from here, inside/into the host's namespace
             if kind == "docker":
-                paths = daemons.dockerd_paths(netns)
-                already = daemons._answers(paths.socket)
+                paths = dockerd.dockerd_paths(netns)
+                already = dockerd.answers(paths.socket)
                 if not already:  # started by this run: a sweep stops it if the controller dies
                     self._record("dockerd", key=paths.socket, host=host.name, **asdict(paths))
-                engine = daemons.ensure_dockerd(netns, host=host.name)
+                engine = ensure_dockerd(netns, host=host.name)
                 return HostEngine(host.name, engine, started_dockerd=not already)
             engine = Engine("podman", host=host.name, netns=netns)
             engine.check_available()
@@ -516,7 +502,7 @@ class ContainerProvider(Provider):
                 run_down(plays, self.run_id, artifacts_dir=self._artifacts)
         for he in self.hosts:
             if he.started_dockerd and he.engine.netns and not _others_use(he.engine, self.run_id):
-                daemons.stop_dockerd(he.engine.netns)
+                dockerd.stop_dockerd(he.engine.netns)
         self.hosts = []
         self.run_id = None
         if self._claim is not None:  # only once everything is gone: a failed down() leaves the run to a sweep
@@ -607,7 +593,7 @@ def sweep_run(label: str, objects: list[dict[str, Any]], report: SweepReport, *,
         if engine.label in seen:
             continue
         seen.add(engine.label)
-        if engine.kind == "docker" and engine.socket and not engine.via and not daemons._answers(engine.socket):
+        if engine.kind == "docker" and engine.socket and not engine.via and not dockerd.answers(engine.socket):
             continue  # its daemon is gone; a recorded dockerd entry below kills what it left running
         try:
             removed = remove_run(engine, label, images=images.get(engine.label, ()), dry_run=dry_run)
@@ -661,9 +647,9 @@ def _sweep_dockerd(label: str, entry: dict[str, Any], report: SweepReport, *, dr
     fields = {k: entry.get(k) for k in ("netns", "socket", "exec_root", "data_root", "pidfile", "log")}
     if not fields["netns"] or not fields["socket"] or not fields["pidfile"]:
         return
-    paths = daemons.DockerdPaths(**fields)  # type: ignore[arg-type]
-    running = daemons._pid(paths.pidfile) is not None
-    if running and daemons._answers(paths.socket):
+    paths = dockerd.DockerdPaths(**fields)  # type: ignore[arg-type]
+    running = dockerd.pid_of(paths.pidfile) is not None
+    if running and dockerd.answers(paths.socket):
         engine = Engine("docker", host=str(entry.get("host") or paths.netns), socket=paths.socket, netns=paths.netns)
         try:
             labels = run_labels(engine)
@@ -685,15 +671,15 @@ def _sweep_dockerd(label: str, entry: dict[str, Any], report: SweepReport, *, dr
         for other in sorted(owners - {label}):  # dead runs' containers: the daemon will not be there to list them
             for kind, names in remove_run(engine, other, dry_run=dry_run).items():
                 report.add(kind, *(f"{name} ({engine.label})" for name in names))
-    leftovers = daemons.processes_mentioning(paths.exec_root) if paths.exec_root else []
+    leftovers = dockerd.processes_mentioning(paths.exec_root) if paths.exec_root else []
     if running or leftovers:
         report.add("daemons", f"dockerd in {paths.netns} ({paths.socket})")
     if not dry_run:
-        daemons.stop_dockerd_at(paths, unmount=False)
+        dockerd.stop_dockerd_at(paths, unmount=False)
         for root in (paths.exec_root, paths.data_root):  # a killed daemon leaves its containers' mounts too
-            report.add("mounts", *daemons.unmount_under(root))
-    if not (daemons.NETNS_DIR / paths.netns).exists():  # its testbed host is gone: so is the use of its image cache
-        for kind, names in daemons.remove_dockerd_state(paths, dry_run=dry_run).items():
+            report.add("mounts", *dockerd.unmount_under(root))
+    if not (dockerd.NETNS_DIR / paths.netns).exists():  # its testbed host is gone: so is the use of its image cache
+        for kind, names in dockerd.remove_dockerd_state(paths, dry_run=dry_run).items():
             report.add(kind, *names)
 
 
@@ -716,14 +702,14 @@ def discover_runs() -> dict[str, list[dict[str, Any]]]:
 
 def _local_engines() -> Iterable[Engine]:
     """This machine's docker and podman, and every per-namespace dockerd dlinfra started that answers."""
-    if Path(daemons.DEFAULT_SOCKET).exists() and daemons._answers(daemons.DEFAULT_SOCKET):
+    if Path(dockerd.DEFAULT_SOCKET).exists() and dockerd.answers(dockerd.DEFAULT_SOCKET):
         yield Engine("docker", host="localhost", timeout=60)
     if shutil.which("podman"):
         yield Engine("podman", host="localhost", timeout=60)
-    run_base, _lib = daemons._state_base()
+    run_base, _lib = dockerd.state_base()
     for sock in sorted(run_base.glob("docker-*.sock")):
         netns = sock.name.removeprefix("docker-").removesuffix(".sock")
-        if daemons._answers(str(sock)):
+        if dockerd.answers(str(sock)):
             yield Engine("docker", host=netns, socket=str(sock), netns=netns, timeout=60)
 
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from dlinfra.errors import DlinfraError, TargetError
-from dlinfra.orchestration.runs_registry import RunClaim
 from dlinfra.payload.cpuset import CpuSetError, format_cpuset, parse_cpuset
 from dlinfra.providers.containers.engine import Engine
+from dlinfra.runtime.runs_registry import RunClaim
 from dlinfra.text import excerpt
 
 RUN_LABEL = "dlinfra.run"
@@ -84,7 +84,7 @@ def role_network(engine: Engine, mode: NetworkMode) -> str:
     """The ``network`` of a container in the payload_container role for ``mode`` on ``engine``.
 
     ``netns:PATH``: podman joins that namespace (``ns:PATH``). Docker has no such option; on Docker the
-    mode is met by a dockerd running inside the namespace (daemons.ensure_dockerd(netns=...)), where it
+    mode is met by a dockerd running inside the namespace (ensure_dockerd(netns=...)), where it
     becomes ``host``. On a local-testbed host podman's ``host`` is the host's namespace (the role's
     ``payload_container_netns``), and bridge networks are not offered there.
     """
@@ -103,7 +103,7 @@ def role_network(engine: Engine, mode: NetworkMode) -> str:
         return "host"
     raise TargetError(
         f"{engine.label}: docker cannot join network namespace {mode.value} by path",
-        f"use the dockerd started inside it (daemons.ensure_dockerd(netns={ns_name!r})) or podman",
+        f"use the dockerd started inside it (ensure_dockerd(netns={ns_name!r})) or podman",
     )
 
 

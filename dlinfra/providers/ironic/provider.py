@@ -32,13 +32,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dlinfra import cancel
 from dlinfra.errors import DlinfraError, SpecError, TargetError
 from dlinfra.inventory import InventoryHost
-from dlinfra.orchestration.runs_registry import RunClaim, claim, live_runs, recorded_objects
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.openstack_cloud import connect, layer_cloud, run_cloud_playbook
+from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
+from dlinfra.runtime.runs_registry import RunClaim, claim, live_runs, recorded_objects
 
 if TYPE_CHECKING:
-    from dlinfra.orchestration.sweep_report import SweepReport
+    from dlinfra.runtime.sweep_report import SweepReport
 
 #: The run registry's entry kind for one node a run deploys.
 NODE_KIND = "ironic-node"
@@ -51,10 +52,6 @@ MOVING = frozenset({"deploying", "wait call-back", "deleting", "cleaning", "clea
 #: What discover() reports: a node some run took and has not given back yet.
 TAKEN = DEPLOYED | MOVING - {"cleaning", "clean wait"}
 SETTLE_TIMEOUT_S = 300.0
-
-
-def _positive_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def _node_state(conn: Any, node_id: str) -> Any | None:
@@ -136,16 +133,19 @@ class IronicProvider(Provider):
 
     name = "ironic"
     layers: ClassVar[Mapping[str, str | None]] = {"bm": None}
-    options: ClassVar[Mapping[str, str]] = {
-        "cloud": "the cloud of your clouds.yaml that reaches Ironic (default: $OS_CLOUD)",
-        "nodes": "node names or UUIDs to deploy (each reached as the inventory host of that name)",
-        "resource_class": "adopt `count` available nodes of this resource class instead of naming them",
-        "count": "how many nodes of resource_class (default 1)",
-        "instance_info": "image_source, image_checksum, image_disk_format for the deploy",
-        "config_drive": "put the inventory key's SSH public key in a config drive (default true)",
-        "deploy_timeout": "seconds a node may take to become active (default 1800; undeploy waits at least 300)",
-        "poll_interval": "seconds between node state reads (default 1.0)",
-    }
+    options: ClassVar[Mapping[str, Option]] = {
+        "cloud": Option("the cloud of your clouds.yaml that reaches Ironic (default: $OS_CLOUD)", "str",
+                        pattern=NON_EMPTY, shape="a cloud name"),
+        "nodes": Option("node names or UUIDs to deploy (each reached as the inventory host of that name)", "list"),
+        "resource_class": Option("adopt `count` available nodes of this resource class instead of naming them",
+                                 "str", pattern=NON_EMPTY, shape="a resource class name"),
+        "count": Option("how many nodes of resource_class", "int", 1, low=1, high=1024),
+        "instance_info": Option(f"{', '.join(INSTANCE_INFO_KEYS)} for the deploy", "mapping"),
+        "config_drive": Option("put the inventory key's SSH public key in a config drive", "bool", True),
+        "deploy_timeout": Option("how long a node may take to become active (undeploy waits at least 300 s)",
+                                 "number", 1800, above=0, unit="seconds"),
+        "poll_interval": Option("time between node state reads", "number", 1.0, above=0, unit="seconds"),
+    }  # fmt: skip
 
     def __init__(self, layer: str) -> None:
         super().__init__(layer)
@@ -164,9 +164,6 @@ class IronicProvider(Provider):
     @classmethod
     def validate(cls, layer: str, options: Mapping[str, Any], where: str) -> None:
         super().validate(layer, options, where)
-        cloud = options.get("cloud")
-        if cloud is not None and (not isinstance(cloud, str) or not cloud):
-            raise SpecError(f"{where}.cloud: must be the name of a cloud in your clouds.yaml")
         nodes = options.get("nodes")
         rclass = options.get("resource_class")
         if nodes is not None:
@@ -181,14 +178,7 @@ class IronicProvider(Provider):
                 f"{where}: provider ironic needs nodes or resource_class",
                 "e.g. nodes: [node-1] or resource_class: baremetal-gpu, count: 2",
             )
-        if rclass is not None and (not isinstance(rclass, str) or not rclass):
-            raise SpecError(f"{where}.resource_class: must be a resource class name")
-        count = options.get("count", 1)
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise SpecError(f"{where}.count: {count!r} must be a positive integer")
-        info = options.get("instance_info", {})
-        if not isinstance(info, dict):
-            raise SpecError(f"{where}.instance_info: must be a mapping ({', '.join(INSTANCE_INFO_KEYS)})")
+        info = options.get("instance_info") or {}
         bad = sorted(set(map(str, info)) - set(INSTANCE_INFO_KEYS))
         if bad:
             raise SpecError(
@@ -197,11 +187,6 @@ class IronicProvider(Provider):
             )
         if not all(isinstance(v, str) for v in info.values()):
             raise SpecError(f"{where}.instance_info: values must be strings")
-        if not isinstance(options.get("config_drive", True), bool):
-            raise SpecError(f"{where}.config_drive: must be true or false")
-        for key in ("deploy_timeout", "poll_interval"):
-            if key in options and not _positive_number(options[key]):
-                raise SpecError(f"{where}.{key}: {options[key]!r} must be a positive number of seconds")
 
     # ------------------------------------------------------------------ up
     def create_dependencies(self, spec: LayerSpec) -> None:

@@ -24,7 +24,7 @@ from dlinfra.cache import build_once, cache_dir, keep_recent
 from dlinfra.errors import DlinfraError
 from dlinfra.images.deps_archive import PROBE, DepsArchive, build_deps_archive, install_own_wheel
 from dlinfra.images.rootfs import RootfsSpec, build_rootfs, rootfs_key
-from dlinfra.orchestration.progress import note
+from dlinfra.runtime.progress import note
 
 if TYPE_CHECKING:
     from dlinfra.images.wheelhouse import Wheelhouse
@@ -259,7 +259,7 @@ def _preload_docker_image(root: Path, tarball: Path) -> None:
     about 2 MB/s (a quarter of an hour per guest); a dockerd here, writing straight into the rootfs,
     takes about a minute, and every guest then boots with the image already in its store.
     """
-    from dlinfra.providers.containers.daemons import unmount_under
+    from dlinfra.testbed.dockerd import unmount_under
 
     with tempfile.TemporaryDirectory(prefix="dlinfra-imgdocker-", dir="/run") as run:
         sock = f"{run}/docker.sock"

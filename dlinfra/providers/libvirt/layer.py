@@ -18,15 +18,22 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlinfra.errors import DlinfraError, SpecError
 from dlinfra.inventory import InventoryHost
-from dlinfra.orchestration.progress import phase
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.host_prep import HostToPrepare, controller, prepare
-from dlinfra.providers.libvirt.provider import LOCAL_URIS, PROVIDER_OPTIONS, LibvirtProvider
-from dlinfra.providers.libvirt.spec import GUEST_FIELDS, GuestSpec, check_provider_options
+from dlinfra.providers.libvirt.provider import LOCAL_URIS, LibvirtProvider
+from dlinfra.providers.libvirt.spec import (
+    GUEST_FIELDS,
+    GUEST_OPTIONS,
+    PROVIDER_OPTIONS,
+    GuestSpec,
+    check_provider_options,
+)
 from dlinfra.providers.libvirt.sweeping import discover_libvirt_runs, sweep_libvirt_run
+from dlinfra.providers.options import Option
+from dlinfra.runtime.progress import phase
 
 if TYPE_CHECKING:
-    from dlinfra.orchestration.sweep_report import SweepReport
+    from dlinfra.runtime.sweep_report import SweepReport
 
 
 def libvirt_uri(host: InventoryHost, default: str | None = None) -> str:
@@ -53,10 +60,10 @@ class LibvirtVmProvider(Provider):
 
     name = "libvirt"
     layers: ClassVar[Mapping[str, str | None]] = {"vm": None}
-    options: ClassVar[Mapping[str, str]] = {
-        **{key: "see docs/vm.md" for key in sorted(PROVIDER_OPTIONS)},
-        **{key: "a guest field, the default of every guest (see docs/vm.md)" for key in sorted(GUEST_FIELDS)},
-        "guests": "list of guests per host (default one, vm1), each with the guest fields",
+    options: ClassVar[Mapping[str, Option]] = {
+        **PROVIDER_OPTIONS,
+        **GUEST_OPTIONS,  # here: the default of every guest
+        "guests": Option("the guests of each host (default one, vm1), each a mapping of the guest fields", "list"),
     }
 
     def __init__(self, layer: str = "vm") -> None:

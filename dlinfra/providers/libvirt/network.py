@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlinfra.errors import TargetError
-from dlinfra.orchestration.runs_registry import machine_lock, recorded_objects
+from dlinfra.runtime.runs_registry import machine_lock, recorded_objects
 
 if TYPE_CHECKING:
     import libvirt

@@ -32,9 +32,6 @@ from typing import TYPE_CHECKING, Any
 from dlinfra import cancel
 from dlinfra.cache import cache_key, cache_root
 from dlinfra.errors import SpecError, TargetError
-from dlinfra.orchestration.ansible import LOCAL_HOST, PlaybookResult, new_ident, run_playbook
-from dlinfra.orchestration.progress import note, say
-from dlinfra.orchestration.runs_registry import RunClaim, claim, machine_lock
 from dlinfra.payload.cpuset import format_cpuset
 from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.libvirt.boot import (
@@ -60,6 +57,9 @@ from dlinfra.providers.libvirt.network import (
 from dlinfra.providers.libvirt.passthrough import PciDevice, SysfsHost, check_passthrough
 from dlinfra.providers.libvirt.seed import SeedInputs, build_seed_disk, known_hosts_line, make_client_key, make_host_key
 from dlinfra.providers.libvirt.spec import GUEST_FIELDS, PROVIDER_OPTIONS, GuestSpec, check_provider_options
+from dlinfra.runtime.ansible import LOCAL_HOST, PlaybookResult, new_ident, run_playbook
+from dlinfra.runtime.progress import note, say
+from dlinfra.runtime.runs_registry import RunClaim, claim, machine_lock
 
 if TYPE_CHECKING:
     import libvirt
@@ -306,11 +306,11 @@ class LibvirtProvider:
         (``uri``, ``pool``, ``cloud_image``, ``subnet``, ``boot_timeout``).
         """
         options = dict(spec.options)
-        unknown = sorted(set(options) - GUEST_FIELDS - PROVIDER_OPTIONS - {"guests"})
+        unknown = sorted(set(options) - GUEST_FIELDS - set(PROVIDER_OPTIONS) - {"guests"})
         if unknown:
             raise SpecError(
                 f"layer_options.vm: unknown option(s) {', '.join(unknown)}",
-                f"known: {', '.join(sorted(GUEST_FIELDS | PROVIDER_OPTIONS | {'guests'}))}",
+                f"known: {', '.join(sorted(GUEST_FIELDS | set(PROVIDER_OPTIONS) | {'guests'}))}",
             )
         defaults = {k: v for k, v in options.items() if k in GUEST_FIELDS and k != "name"}
         raw = options.get("guests") or [{"name": "vm1"}]

@@ -10,16 +10,17 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from dlinfra.errors import SpecError
 from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
+from dlinfra.providers.options import Option, check_options
 from dlinfra.text import excerpt, plain
 
 Emulation = Literal["never", "allow", "require"]
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,30}")
 PCI_ADDRESS_RE = re.compile(
     r"^(?:(?P<domain>[0-9a-fA-F]{4}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<slot>[0-9a-fA-F]{2})\.(?P<function>[0-7])$"
 )
@@ -108,17 +109,9 @@ class GuestSpec:
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        where = f"guest {self.name!r}"
-        if not NAME_RE.match(self.name):
-            raise SpecError(f"guest name {self.name!r} is invalid", "use 1-31 of a-z, 0-9 and '-'")
-        if not isinstance(self.vcpus, int) or self.vcpus < 1:
-            raise SpecError(f"{where}: vcpus must be an integer >= 1, not {self.vcpus!r}")
-        if not isinstance(self.memory_mib, int) or self.memory_mib < 128:
-            raise SpecError(f"{where}: memory_mib must be an integer >= 128, not {self.memory_mib!r}")
-        if self.emulation not in ("never", "allow", "require"):
-            raise SpecError(f"{where}: emulation must be never, allow or require, not {self.emulation!r}")
-        if self.numa_node is not None and (not isinstance(self.numa_node, int) or self.numa_node < 0):
-            raise SpecError(f"{where}: numa_node must be an integer >= 0, not {self.numa_node!r}")
+        """The declared fields (:data:`GUEST_OPTIONS`) of a guest made in code, as a spec's are checked."""
+        scalars = {k: getattr(self, k) for k in ("name", "vcpus", "memory_mib", "numa_node", "hugepages", "emulation")}
+        check_options(GUEST_OPTIONS, scalars, "guest" if not isinstance(self.name, str) else f"guest {self.name}")
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "guest") -> GuestSpec:
@@ -129,6 +122,7 @@ class GuestSpec:
             raise SpecError(f"{where}: unknown field(s) {', '.join(unknown)}", f"known: {', '.join(sorted(known))}")
         if "name" not in data:
             raise SpecError(f"{where}: name is missing")
+        check_options(GUEST_OPTIONS, data, where)
         return cls(
             name=str(data["name"]),
             vcpus=data.get("vcpus", 1),
@@ -142,27 +136,46 @@ class GuestSpec:
         )
 
 
-#: The fields a campaign may set on a guest (the dataclass is the single source of truth;
-#: ``extra`` is for callers in code, not for specs).
-GUEST_FIELDS = frozenset(f.name for f in fields(GuestSpec)) - {"extra"}
-
-
-#: The provider settings of ``layer_options.vm`` (besides the guest fields), each with what it must be.
-PROVIDER_OPTIONS = frozenset({"uri", "pool", "subnet", "boot_timeout", "cloud_image"})
 _URI = re.compile(r"[a-z][a-z0-9+]{0,19}://[^\s'\"`$;|&<>]{0,235}", re.ASCII)
 _POOL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", re.ASCII)
+
+#: The fields of one guest, as ``layer_options.vm`` (their defaults for every guest) and each entry of its
+#: ``guests`` take them; :meth:`GuestSpec.from_dict` makes the guest.
+GUEST_OPTIONS: dict[str, Option] = {
+    "name": Option("the guest's name (1-31 of a-z, 0-9, '-'); only in guests entries", "str", "vm1",
+                   pattern=NAME_RE, shape="a guest name (1-31 of a-z, 0-9 and '-')"),
+    "vcpus": Option("vCPUs", "int", 1, low=1, high=1024),
+    "memory_mib": Option("memory in MiB", "int", 1024, low=128, high=16 << 20),
+    "cpuset": Option("host CPUs the vCPUs are pinned to, one per vCPU in order ('2-5')", "cpuset"),
+    "emulator_cpuset": Option("host CPUs of QEMU's own threads", "cpuset"),
+    "numa_node": Option("host NUMA node the memory is bound to", "int", low=0, high=1023),
+    "hugepages": Option("back the memory with hugepages", "bool", False),
+    "devices": Option("PCI devices to pass through: addresses (0000:01:00.0) or vendor:product (10de:1b80)",
+                      "list"),
+    "emulation": Option("never (KVM only), allow (QEMU TCG where KVM cannot run it) or require", "choice", "never",
+                        choices=("never", "allow", "require")),
+}  # fmt: skip
+#: The fields a campaign may set on a guest (``extra`` is for callers in code, not for specs).
+GUEST_FIELDS = frozenset(GUEST_OPTIONS)
+
+#: The provider settings of ``layer_options.vm`` (besides the guest fields).
+PROVIDER_OPTIONS: dict[str, Option] = {
+    "uri": Option("libvirt URI of every hypervisor (a host's dlinfra_libvirt_uri wins)", "str", "qemu:///system",
+                  pattern=_URI, shape="a libvirt URI"),
+    "pool": Option("storage pool of the guests' volumes (a name, not a path)", "str", "dlinfra", pattern=_POOL,
+                   shape="a storage pool name"),
+    "subnet": Option("IPv4 network of the run's guests, /16 to /29 (default: a free /24)", "str"),
+    "boot_timeout": Option("how long a guest may take to answer SSH", "number", 900, low=1, high=86_400,
+                           unit="seconds"),
+    "cloud_image": Option("a qcow2 or raw cloud image with its own bootloader and cloud-init, instead of "
+                          "dlinfra's guest image", "path"),
+}  # fmt: skip
 
 
 def check_provider_options(options: Mapping[str, Any], where: str) -> None:
     """``uri``, ``pool``, ``subnet``, ``boot_timeout`` and ``cloud_image`` as a guest bring-up will use them: the
     one check, run by ``--dry-run`` and by the bring-up alike (a value bring-up refuses never passes a dry run)."""
-    if "uri" in options and not (isinstance(options["uri"], str) and _URI.fullmatch(options["uri"])):
-        raise SpecError(f"{where}.uri: {excerpt(options['uri'], 60)} is not a libvirt URI", "e.g. qemu:///system")
-    if "pool" in options and not (isinstance(options["pool"], str) and _POOL.fullmatch(options["pool"])):
-        raise SpecError(
-            f"{where}.pool: {excerpt(options['pool'], 60)} is not a storage pool name",
-            "letters, digits, '.', '_', '-' (a name, not a path)",
-        )
+    check_options(PROVIDER_OPTIONS, options, where)
     if "subnet" in options:
         try:
             net = ipaddress.ip_network(str(options["subnet"]))
@@ -172,10 +185,6 @@ def check_provider_options(options: Mapping[str, Any], where: str) -> None:
             ) from None
         if net.version != 4 or not 16 <= net.prefixlen <= 29:
             raise SpecError(f"{where}.subnet: {net} must be an IPv4 network of /16 to /29")
-    if "boot_timeout" in options:
-        value = options["boot_timeout"]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 86_400:
-            raise SpecError(f"{where}.boot_timeout: {excerpt(value, 40)} must be 1 to 86400 seconds")
     if options.get("cloud_image") is not None:
         path = Path(str(options["cloud_image"])).expanduser()
         if not path.is_file():  # a device (/dev/urandom) or a folder is not an image

@@ -13,10 +13,10 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlinfra.orchestration.runs_registry import runs_dir
+from dlinfra.runtime.runs_registry import runs_dir
 
 if TYPE_CHECKING:
-    from dlinfra.orchestration.sweep_report import SweepReport
+    from dlinfra.runtime.sweep_report import SweepReport
 
 LABEL = re.compile(r"^dlinfra-(r[0-9a-f]{8})(?:-|$)")
 LOCAL_LIBVIRT = "qemu:///system"

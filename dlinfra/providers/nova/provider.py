@@ -38,13 +38,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dlinfra import cancel, secrets
 from dlinfra.errors import SpecError, TargetError
 from dlinfra.inventory import InventoryHost
-from dlinfra.orchestration.runs_registry import RunClaim, claim, recorded_objects, runs_dir
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.openstack_cloud import connect, layer_cloud, run_cloud_playbook
+from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
+from dlinfra.runtime.runs_registry import RunClaim, claim, recorded_objects, runs_dir
 
 if TYPE_CHECKING:
-    from dlinfra.orchestration.sweep_report import SweepReport
+    from dlinfra.runtime.sweep_report import SweepReport
 
 #: The run registry's entry kinds: the run's Nova objects (one entry), and one image it uploads.
 RUN_KIND = "nova-run"
@@ -53,21 +54,13 @@ IMAGE_KIND = "nova-image"
 LABEL_KEY = "dlinfra_run"
 CPU_POLICIES = ("dedicated", "shared", "mixed")
 _PAGE_SIZE = re.compile(r"^(small|large|any|[0-9]+(KB|MB|GB)?)$", re.IGNORECASE)
-_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,40}$")
+_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,40}")
 _ALIAS = re.compile(r"^[A-Za-z0-9_.-]+$")
 _HOST_KEY = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa) ([A-Za-z0-9+/=]+)(?:\s|$)")
 DEFAULT_PREFIX = "dlinfra-vm-"
 SETTLE_TIMEOUT_S = 300.0
 #: How many times a server that a delete left in ERROR is asked to delete again.
 DELETE_RETRIES = 2
-
-
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _positive_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def flavor_extra_specs(options: Mapping[str, Any]) -> dict[str, str]:
@@ -132,25 +125,30 @@ class NovaProvider(Provider):
 
     name = "nova"
     layers: ClassVar[Mapping[str, str | None]] = {"vm": None}
-    options: ClassVar[Mapping[str, str]] = {
-        "cloud": "the cloud of your clouds.yaml that reaches Nova (default: $OS_CLOUD)",
-        "count": "how many servers (default 1)",
-        "vcpus": "vCPUs of the run's flavor (default 1)",
-        "ram_mb": "RAM of the run's flavor in MiB (default 2048)",
-        "disk_gb": "root disk of the run's flavor in GiB (default 10)",
-        "cpu_policy": "hw:cpu_policy: dedicated (pinned vCPUs), shared or mixed",
-        "mem_page_size": "hw:mem_page_size: small, large, any, or a size (2MB, 1GB) for hugepages",
-        "pci_alias": "pci_passthrough:alias: 'alias:count' or {alias: count} (GPU passthrough)",
-        "numa_nodes": "hw:numa_nodes: guest NUMA nodes",
-        "network": "the Neutron network the servers boot on (their SSH address is taken from it)",
-        "image": "a Glance image name or ID, or a local disk file uploaded once by its hash "
-        "(default: dlinfra's guest image)",
-        "keep_image": "leave an image this run uploaded in Glance for later runs (default false)",
-        "name_prefix": f"servers are named PREFIX1..PREFIXn (default {DEFAULT_PREFIX})",
-        "user": "the login user on the guests (default dlinfra)",
-        "boot_timeout": "seconds a server may take to become ACTIVE and answer SSH (default 600)",
-        "poll_interval": "seconds between server state reads (default 1.0)",
-    }
+    options: ClassVar[Mapping[str, Option]] = {
+        "cloud": Option("the cloud of your clouds.yaml that reaches Nova (default: $OS_CLOUD)", "str",
+                        pattern=NON_EMPTY, shape="a cloud name"),
+        "count": Option("how many servers", "int", 1, low=1, high=1024),
+        "vcpus": Option("vCPUs of the run's flavor", "int", 1, low=1, high=1024),
+        "ram_mb": Option("RAM of the run's flavor in MiB", "int", 2048, low=1),
+        "disk_gb": Option("root disk of the run's flavor in GiB (0: the image's size)", "int", 10, low=0),
+        "cpu_policy": Option("hw:cpu_policy: dedicated (pinned vCPUs), shared or mixed", "choice",
+                             choices=CPU_POLICIES),
+        "mem_page_size": Option("hw:mem_page_size: small, large, any, or a size (2MB, 1GB) for hugepages", "any"),
+        "pci_alias": Option("pci_passthrough:alias: 'alias:count' or {alias: count} (GPU passthrough)", "any"),
+        "numa_nodes": Option("hw:numa_nodes: guest NUMA nodes", "int", low=1, high=1024),
+        "network": Option("the Neutron network the servers boot on (their SSH address is taken from it)", "str",
+                          pattern=NON_EMPTY, shape="a network name or ID"),
+        "image": Option("a Glance image name or ID, or a local disk file uploaded once by its hash (default: "
+                        "dlinfra's guest image)", "str", pattern=NON_EMPTY, shape="an image name, ID or file"),
+        "keep_image": Option("leave an image this run uploaded in Glance for later runs", "bool", False),
+        "name_prefix": Option("servers are named PREFIX1..PREFIXn", "str", DEFAULT_PREFIX, pattern=_PREFIX,
+                              shape="letters, digits and '-' (at most 41)"),
+        "user": Option("the login user on the guests", "str", "dlinfra", pattern=NON_EMPTY, shape="a user name"),
+        "boot_timeout": Option("how long a server may take to become ACTIVE and answer SSH", "number", 600,
+                               above=0, unit="seconds"),
+        "poll_interval": Option("time between server state reads", "number", 1.0, above=0, unit="seconds"),
+    }  # fmt: skip
 
     def __init__(self, layer: str) -> None:
         super().__init__(layer)
@@ -170,19 +168,6 @@ class NovaProvider(Provider):
     @classmethod
     def validate(cls, layer: str, options: Mapping[str, Any], where: str) -> None:
         super().validate(layer, options, where)
-        for key in ("cloud", "network", "image", "user"):
-            value = options.get(key)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise SpecError(f"{where}.{key}: must be a non-empty string")
-        for key in ("count", "vcpus", "ram_mb", "numa_nodes"):
-            if key in options and not _positive_int(options[key]):
-                raise SpecError(f"{where}.{key}: {options[key]!r} must be a positive integer")
-        disk = options.get("disk_gb", 10)
-        if not isinstance(disk, int) or isinstance(disk, bool) or disk < 0:
-            raise SpecError(f"{where}.disk_gb: {disk!r} must be a whole number of GiB (0: the image's size)")
-        policy = options.get("cpu_policy")
-        if policy is not None and policy not in CPU_POLICIES:
-            raise SpecError(f"{where}.cpu_policy: {policy!r} is not one of {', '.join(CPU_POLICIES)}")
         size = options.get("mem_page_size")
         if size is not None and not (isinstance(size, (str, int)) and _PAGE_SIZE.match(str(size))):
             raise SpecError(f"{where}.mem_page_size: {size!r} must be small, large, any or a size such as 2MB")
@@ -197,14 +182,6 @@ class NovaProvider(Provider):
             )
             if not pairs or not all(_ALIAS.match(n) and str(c).isdigit() and int(c) > 0 for n, c in pairs):
                 raise SpecError(f"{where}.pci_alias: {alias!r} must be 'alias:count[,alias:count]' or {{alias: count}}")
-        prefix = options.get("name_prefix", DEFAULT_PREFIX)
-        if not isinstance(prefix, str) or not _PREFIX.match(prefix):
-            raise SpecError(f"{where}.name_prefix: {prefix!r} must be letters, digits and '-' (at most 41)")
-        if not isinstance(options.get("keep_image", False), bool):
-            raise SpecError(f"{where}.keep_image: must be true or false")
-        for key in ("boot_timeout", "poll_interval"):
-            if key in options and not _positive_number(options[key]):
-                raise SpecError(f"{where}.{key}: {options[key]!r} must be a positive number of seconds")
 
     # ------------------------------------------------------------------ up
     @property

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from dlinfra.errors import TargetError
 from dlinfra.inventory import InventoryHost, check_resolvable, match_pattern
 from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
-from dlinfra.providers.base import LayerSpec, Provider, Target, check_host_patterns
+from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.providers.options import Option
 from dlinfra.transport import SshTransport
 
 #: One constant script (no inventory value is ever put in it): home, CPUs, memory, hostname.
@@ -79,14 +80,10 @@ class SshProvider(Provider):
 
     name = "ssh"
     layers: ClassVar[Mapping[str, str | None]] = {"bm": None}
-    options: ClassVar[Mapping[str, str]] = {
-        "hosts": "host patterns (names, groups, group[i]) of the inventory hosts to use; default: all that carry bm",
-    }
-
-    @classmethod
-    def validate(cls, layer: str, options: Mapping[str, Any], where: str) -> None:
-        super().validate(layer, options, where)
-        check_host_patterns(options, where)
+    options: ClassVar[Mapping[str, Option]] = {
+        "hosts": Option("host patterns (names, groups, group[i]) of the inventory hosts to use; default: all that "
+                        "carry bm", "patterns"),
+    }  # fmt: skip
 
     def create(self, spec: LayerSpec) -> list[Target]:
         hosts = [h for h in spec.hosts if self.layer in h.layers]

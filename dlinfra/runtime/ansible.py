@@ -44,10 +44,10 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from dlinfra import cancel, secrets
 from dlinfra.cache import add_build
 from dlinfra.errors import DlinfraError, TargetError
-from dlinfra.orchestration.orphans import CAMPAIGN_ENV, CONTROLLER_ENV, controller_mark, stop_playbook
-from dlinfra.orchestration.progress import note
-from dlinfra.orchestration.runs_registry import current_campaign
-from dlinfra.providers.base import Target
+from dlinfra.runtime.orphans import CAMPAIGN_ENV, CONTROLLER_ENV, controller_mark, stop_playbook
+from dlinfra.runtime.progress import note
+from dlinfra.runtime.runs_registry import current_campaign
+from dlinfra.target import Target
 from dlinfra.transport.ssh import ANSIBLE_SSH_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,14 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlinfra.errors import DlinfraError, TargetError
-from dlinfra.providers.containers.engine import Engine
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
 NETNS_DIR = Path("/run/netns")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$")
 
 
-def _state_base() -> tuple[Path, Path]:
+def state_base() -> tuple[Path, Path]:
     """(runtime dir, persistent dir) for per-namespace daemons; overridable for tests."""
     run = Path(os.environ.get("DLINFRA_DOCKERD_RUN", "/run/dlinfra"))
     lib = Path(os.environ.get("DLINFRA_DOCKERD_LIB", "/var/lib/dlinfra"))
@@ -67,7 +66,7 @@ class DockerdPaths:
 
 def dockerd_paths(netns: str | None = None) -> DockerdPaths:
     """Paths for the machine's dockerd (``netns=None``) or for the one inside testbed namespace ``netns``."""
-    run, lib = _state_base()
+    run, lib = state_base()
     if netns is None:
         return DockerdPaths(None, DEFAULT_SOCKET, None, None, "/var/run/docker.pid", str(run / "dockerd.log"))
     if not _NAME.match(netns):
@@ -82,7 +81,7 @@ def dockerd_paths(netns: str | None = None) -> DockerdPaths:
     )
 
 
-def _answers(socket: str) -> bool:
+def answers(socket: str) -> bool:
     if not Path(socket).exists():
         return False
     probe = subprocess.run(
@@ -94,7 +93,7 @@ def _answers(socket: str) -> bool:
     return probe.returncode == 0 and bool(probe.stdout.strip())
 
 
-def _pid(pidfile: str) -> int | None:
+def pid_of(pidfile: str) -> int | None:
     try:
         pid = int(Path(pidfile).read_text().strip())
     except (OSError, ValueError):
@@ -106,17 +105,16 @@ def _pid(pidfile: str) -> int | None:
     return pid if b"dockerd" in cmdline else None
 
 
-def ensure_dockerd(netns: str, *, host: str | None = None, wait_s: float = 90.0) -> Engine:
-    """Return a docker Engine for a local-testbed host whose own dockerd answers, starting it if needed.
+def start_dockerd(netns: str, *, host: str | None = None, wait_s: float = 90.0) -> DockerdPaths:
+    """Return the paths of a local-testbed host's own dockerd once it answers, starting it if needed.
 
     ``netns`` names the host's namespace (``/run/netns/NAME``); ``host`` is the name used in messages
     (defaults to the namespace). Any other host's dockerd is the docker_host role's (host_prep.py).
     """
     paths = dockerd_paths(netns)
     label = host or netns
-    engine = Engine("docker", host=label, socket=paths.socket, netns=netns)
-    if _answers(paths.socket):
-        return engine
+    if answers(paths.socket):
+        return paths
     if subprocess.run(["which", "dockerd"], capture_output=True).returncode != 0:
         raise TargetError(
             f"host {label}: container engine docker is not installed (no dockerd)", "apply the docker_host role"
@@ -128,7 +126,7 @@ def ensure_dockerd(netns: str, *, host: str | None = None, wait_s: float = 90.0)
         if folder:
             Path(folder).mkdir(parents=True, exist_ok=True)
     proc: subprocess.Popen[bytes] | None = None
-    if _pid(paths.pidfile) is None:
+    if pid_of(paths.pidfile) is None:
         with open(paths.log, "ab") as log:
             proc = subprocess.Popen(  # fixed argv; the namespace name is validated
                 paths.argv(),
@@ -139,8 +137,8 @@ def ensure_dockerd(netns: str, *, host: str | None = None, wait_s: float = 90.0)
             )
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        if _answers(paths.socket):
-            return engine
+        if answers(paths.socket):
+            return paths
         if proc is not None and proc.poll() is not None:
             break  # it exited: say why now instead of waiting out the deadline
         time.sleep(0.5)
@@ -168,7 +166,7 @@ def stop_dockerd_at(paths: DockerdPaths, wait_s: float = 30.0, pid: int | None =
     """
     if paths.netns is None:
         raise DlinfraError("refusing to stop the machine's own dockerd", "dlinfra only stops the daemons it started")
-    pid = pid or _pid(paths.pidfile)
+    pid = pid or pid_of(paths.pidfile)
     if pid is not None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
