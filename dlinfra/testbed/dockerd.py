@@ -21,11 +21,11 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.runtime.wait import WaitTimedOut, wait_for
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
 NETNS_DIR = Path("/run/netns")
@@ -135,18 +135,19 @@ def start_dockerd(netns: str, *, host: str | None = None, wait_s: float = 90.0) 
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # survives the caller; stopped by stop_dockerd or the host role
             )
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if answers(paths.socket):
-            return paths
-        if proc is not None and proc.poll() is not None:
-            break  # it exited: say why now instead of waiting out the deadline
-        time.sleep(0.5)
-    tail = Path(paths.log).read_text(errors="replace").strip().splitlines()[-2:] if Path(paths.log).exists() else []
-    raise TargetError(
-        f"host {label}: dockerd did not come up: {' | '.join(tail) or 'no log'}",
-        f"see {paths.log}",
-    )
+
+    def exited() -> str | None:  # say why now instead of waiting out the deadline
+        return "it exited" if proc is not None and proc.poll() is not None else None
+
+    try:
+        wait_for(f"host {label}: dockerd", lambda: answers(paths.socket), timeout=wait_s, give_up=exited)
+    except WaitTimedOut:
+        log = Path(paths.log)
+        tail = log.read_text(errors="replace").strip().splitlines()[-2:] if log.exists() else []
+        raise TargetError(
+            f"host {label}: dockerd did not come up: {' | '.join(tail) or 'no log'}", f"see {paths.log}"
+        ) from None
+    return paths
 
 
 def stop_dockerd(netns: str, wait_s: float = 30.0) -> bool:
@@ -170,9 +171,8 @@ def stop_dockerd_at(paths: DockerdPaths, wait_s: float = 30.0, pid: int | None =
     if pid is not None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.2)
+        with contextlib.suppress(WaitTimedOut):
+            wait_for(f"dockerd {pid} to stop", lambda: not _alive(pid), timeout=wait_s, interval=0.2, cancellable=False)
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

@@ -37,6 +37,7 @@ from dlinfra.providers.openstack_cloud import connect, layer_cloud, run_cloud_pl
 from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
 from dlinfra.runtime.runs_registry import RunClaim, claim, live_runs, recorded_objects
+from dlinfra.runtime.wait import retry_until
 
 if TYPE_CHECKING:
     from dlinfra.runtime.sweep_report import SweepReport
@@ -329,15 +330,9 @@ class IronicProvider(Provider):
         timeout = float(self._options.get("deploy_timeout", 1800))
         interval = max(float(self._options.get("poll_interval", 1.0)), 0.5)
 
-        def ready(target: Target) -> Target:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    return read_facts(target)
-                except Exception as exc:  # noqa: BLE001 - SSH refuses while the machine boots
-                    if time.monotonic() > deadline:
-                        raise TargetError(f"ironic: {target.name} deployed but does not answer SSH: {exc}") from None
-                    time.sleep(interval)
+        def ready(target: Target) -> Target:  # SSH refuses while the machine boots
+            what = f"ironic: {target.name} deployed but does not answer SSH"
+            return retry_until(what, lambda: read_facts(target), timeout=timeout, interval=interval)
 
         with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
             list(pool.map(ready, targets))

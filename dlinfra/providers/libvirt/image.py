@@ -25,6 +25,7 @@ from dlinfra.errors import DlinfraError
 from dlinfra.images.deps_archive import PROBE, DepsArchive, build_deps_archive, install_own_wheel
 from dlinfra.images.rootfs import RootfsSpec, build_rootfs, rootfs_key
 from dlinfra.runtime.progress import note
+from dlinfra.runtime.wait import WaitTimedOut, wait_for
 
 if TYPE_CHECKING:
     from dlinfra.images.wheelhouse import Wheelhouse
@@ -271,12 +272,16 @@ def _preload_docker_image(root: Path, tarball: Path) -> None:
                                     start_new_session=True)  # fmt: skip
         try:
             client = ["docker", "--host", f"unix://{sock}"]
-            deadline = time.monotonic() + 90
-            while subprocess.run([*client, "version"], capture_output=True).returncode != 0:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    tail = Path(f"{run}/dockerd.log").read_text(errors="replace").strip().splitlines()[-2:]
-                    raise DlinfraError(f"building the guest image: dockerd did not start: {' | '.join(tail)}")
-                time.sleep(0.5)
+            try:
+                wait_for(
+                    "building the guest image: dockerd",
+                    lambda: subprocess.run([*client, "version"], capture_output=True).returncode == 0,
+                    timeout=90,
+                    give_up=lambda: "it exited" if proc.poll() is not None else None,
+                )
+            except WaitTimedOut:
+                tail = Path(f"{run}/dockerd.log").read_text(errors="replace").strip().splitlines()[-2:]
+                raise DlinfraError(f"building the guest image: dockerd did not start: {' | '.join(tail)}") from None
             _run([*client, "load", "--quiet", "--input", str(tarball)], "loading the payload image into the guest")
         finally:
             proc.terminate()

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dlinfra import cancel, secrets
+from dlinfra import secrets
 from dlinfra.errors import SpecError, TargetError
 from dlinfra.inventory import InventoryHost
 from dlinfra.providers.base import LayerSpec, Provider, Target
@@ -43,6 +43,7 @@ from dlinfra.providers.openstack_cloud import connect, layer_cloud, run_cloud_pl
 from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
 from dlinfra.runtime.runs_registry import RunClaim, claim, recorded_objects, runs_dir
+from dlinfra.runtime.wait import WaitTimedOut, retry_until, wait_for
 
 if TYPE_CHECKING:
     from dlinfra.runtime.sweep_report import SweepReport
@@ -337,21 +338,20 @@ class NovaProvider(Provider):
         timeout = float(self._options.get("boot_timeout", 600))
         interval = max(float(self._options.get("poll_interval", 1.0)), 0.5)
 
-        def ready(target: Target) -> Target:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    if "stand_in_host" not in target.details:
-                        self._learn_host_key(target)
-                    return read_facts(target)
-                except Exception as exc:  # noqa: BLE001 - SSH refuses while the guest boots
-                    if time.monotonic() > deadline:
-                        raise TargetError(
-                            f"nova: server {target.name} is ACTIVE but does not answer SSH: {exc}",
-                            "check that the image runs cloud-init (it prints the host keys on the console) and sshd, "
-                            "and that this machine reaches the network's addresses",
-                        ) from None
-                    time.sleep(interval)
+        def ready(target: Target) -> Target:  # SSH refuses while the guest boots
+            def answers() -> Target:
+                if "stand_in_host" not in target.details:
+                    self._learn_host_key(target)
+                return read_facts(target)
+
+            return retry_until(
+                f"nova: server {target.name} is ACTIVE but does not answer SSH",
+                answers,
+                timeout=timeout,
+                interval=interval,
+                hint="check that the image runs cloud-init (it prints the host keys on the console) and sshd, "
+                "and that this machine reaches the network's addresses",
+            )
 
         with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
             list(pool.map(ready, targets))
@@ -492,10 +492,11 @@ def host_keys_from_console(console: str) -> list[str]:
 
 def wait_active(conn: Any, prefix: str, label: str, count: int, timeout: float, interval: float) -> dict[str, Any]:
     """Poll the run's servers until all ``count`` are ACTIVE; ERROR or the timeout is one error naming servers."""
-    deadline = time.monotonic() + timeout
-    while True:
-        cancel.check()  # the campaign was stopped while this layer came up
-        servers = {s.name: s for s in run_servers(conn, prefix, label)}
+    servers: dict[str, Any] = {}
+
+    def all_active() -> dict[str, Any] | None:
+        servers.clear()
+        servers.update((s.name, s) for s in run_servers(conn, prefix, label))
         failed = [s for s in servers.values() if s.status == "ERROR"]
         if failed:
             raise TargetError(
@@ -504,12 +505,13 @@ def wait_active(conn: Any, prefix: str, label: str, count: int, timeout: float, 
                 "drop cpu_policy/mem_page_size/pci_alias the hosts cannot give, or ask for fewer servers; "
                 "see openstack server show",
             )
-        if len(servers) == count and all(s.status == "ACTIVE" for s in servers.values()):
-            return servers
-        if time.monotonic() > deadline:
-            states = ", ".join(f"{n} {s.status}" for n, s in sorted(servers.items())) or "none listed"
-            raise TargetError(f"nova: servers of run {label} not ACTIVE after {timeout:g} s: {states}")
-        time.sleep(interval)
+        return dict(servers) if len(servers) == count and all(s.status == "ACTIVE" for s in servers.values()) else None
+
+    try:
+        return wait_for(f"nova: servers of run {label}", all_active, timeout=timeout, interval=interval)
+    except WaitTimedOut:
+        states = ", ".join(f"{n} {s.status}" for n, s in sorted(servers.items())) or "none listed"
+        raise TargetError(f"nova: servers of run {label} not ACTIVE after {timeout:g} s: {states}") from None
 
 
 def _fault(conn: Any, server: Any) -> str:
