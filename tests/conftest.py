@@ -13,7 +13,7 @@ unit of work, so that its module fixtures (a booted guest, a testbed) are made o
 joins files that must not run beside each other: the ``openstack`` unit holds the tests that start the OpenStack
 services (fixed ports; a second stack would cost a minute), the ``hypervisor`` unit the guests whose boot times the
 tests assert. Other guests run beside each other: two runs take their network's /24 and their pool's base volume
-under this machine's locks (``network.subnet_choice``, ``LibvirtProvider._provision``). The boot-reset tests'
+under this machine's locks (``network.subnet_choice``, ``Hypervisor._provision``). The boot-reset tests'
 firewall rule drops their own /24 only. What
 needs the machine to itself (marker ``alone``: it compares measured speeds, or stops libvirtd) runs after the
 parallel part, one test after another. The grouping is this file's scheduler (:func:`pytest_xdist_make_scheduler`),

@@ -267,11 +267,11 @@ import sys, time
 from pathlib import Path
 from dlinfra.runtime.runs_registry import claim
 from dlinfra.providers.libvirt.image import GuestImage
-from dlinfra.providers.libvirt.provider import LibvirtProvider
+from dlinfra.providers.libvirt.hypervisor import Hypervisor
 from dlinfra.providers.libvirt.spec import GuestSpec
 
 label, disk, pool, pool_path = sys.argv[1:5]
-provider = LibvirtProvider(
+provider = Hypervisor(
     image=GuestImage(disk=Path(disk), key="sweeptest"), run_label=label, pool=pool, pool_path=pool_path,
     boot_timeout=1200,
 )
@@ -288,7 +288,7 @@ def test_sigkill_during_vm_bring_up_then_startup_sweep_leaves_nothing(tmp_path: 
     libvirt = need_module("libvirt")
     from dlinfra.orchestration.sweep import sweep_dead_runs
     from dlinfra.providers.host_prep import controller, prepare
-    from dlinfra.providers.libvirt.provider import new_run_label
+    from dlinfra.providers.libvirt.hypervisor import new_run_label
     from dlinfra.runtime.runs_registry import is_live, runs_dir
 
     prepare([controller("libvirt")])  # libvirtd answering, as a campaign has it
@@ -344,7 +344,7 @@ def test_sigkill_during_vm_bring_up_then_startup_sweep_leaves_nothing(tmp_path: 
     finally:
         if proc.poll() is None:
             _kill_session(proc)
-        from dlinfra.providers.libvirt.provider import sweep
+        from dlinfra.providers.libvirt.hypervisor import sweep
 
         sweep(conn, label, pool)
         try:  # the test's own pool and base volumes (a real run keeps its base image for the next)

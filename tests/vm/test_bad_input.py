@@ -10,25 +10,25 @@ import pytest
 from support import need_module
 
 from dlinfra.errors import DlinfraError, SpecError, TargetError
-from dlinfra.providers.libvirt.provider import LibvirtProvider
+from dlinfra.providers.libvirt.hypervisor import Hypervisor
 from dlinfra.providers.libvirt.spec import DeviceRequest, GuestSpec
 
 
 @pytest.fixture
 def provider(sysfs_tree, tmp_path):
     need_module("libvirt")
-    prov = LibvirtProvider("test:///default", sysfs_root=sysfs_tree("gpu-host"), state_dir=tmp_path / "state")
+    prov = Hypervisor("test:///default", sysfs_root=sysfs_tree("gpu-host"), state_dir=tmp_path / "state")
     yield prov
     prov.close()
 
 
-def snapshot(prov: LibvirtProvider) -> tuple[set[str], set[str], set[str]]:
+def snapshot(prov: Hypervisor) -> tuple[set[str], set[str], set[str]]:
     conn = prov.conn
     volumes = {v.name() for p in conn.listAllStoragePools(0) if p.isActive() for v in p.listAllVolumes(0)}
     return {d.name() for d in conn.listAllDomains(0)}, {n.name() for n in conn.listAllNetworks(0)}, volumes
 
 
-def fails_before_defining(prov: LibvirtProvider, guest: GuestSpec, kind: type[DlinfraError]) -> str:
+def fails_before_defining(prov: Hypervisor, guest: GuestSpec, kind: type[DlinfraError]) -> str:
     before = snapshot(prov)
     with pytest.raises(kind) as err:
         prov.up_guests([guest])
@@ -103,15 +103,14 @@ def test_good_request_validates(provider) -> None:
 
 
 def test_layer_options_from_a_campaign(provider) -> None:
-    from pathlib import Path
-
-    from dlinfra.providers.base import LayerSpec
+    from dlinfra.providers.libvirt.provider import LibvirtVmProvider
+    from dlinfra.providers.libvirt.spec import guests_from_options
 
     with pytest.raises(SpecError, match=r"layer_options\.vm: unknown option\(s\) vcpu"):
-        provider.up(LayerSpec("vm", [], Path("inventory.yml"), {"vcpu": 2}))
+        LibvirtVmProvider.validate("vm", {"vcpu": 2}, "layer_options.vm")
     before = snapshot(provider)
     with pytest.raises(SpecError, match="guest vm1: cpuset 0,64 names CPU"):
-        provider.up(LayerSpec("vm", [], Path("inventory.yml"), {"vcpus": 2, "cpuset": "0,64"}))
+        provider.up_guests(guests_from_options({"vcpus": 2, "cpuset": "0,64"}, "layer_options.vm"))
     with pytest.raises(SpecError, match=r"guest b: cpuset 9 names CPU"):
-        provider.up(LayerSpec("vm", [], Path("inventory.yml"), {"guests": [{"name": "a"}, {"name": "b", "cpuset": 9}]}))
+        provider.up_guests(guests_from_options({"guests": [{"name": "a"}, {"name": "b", "cpuset": 9}]}, "x"))
     assert snapshot(provider) == before

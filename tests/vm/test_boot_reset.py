@@ -25,7 +25,7 @@ from rich.console import Console
 from support import need, need_binary, need_module
 
 if TYPE_CHECKING:
-    from dlinfra.providers.libvirt.provider import LibvirtProvider
+    from dlinfra.providers.libvirt.hypervisor import Hypervisor
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -56,26 +56,26 @@ def ssh_dropped() -> Iterator[None]:
 
 @pytest.fixture
 def quick_reset(monkeypatch: pytest.MonkeyPatch) -> float:
-    from dlinfra.providers.libvirt import boot, provider
+    from dlinfra.providers.libvirt import boot, hypervisor
 
     monkeypatch.setattr(boot, "SSH_AFTER_LOGIN_S", 15.0)
-    monkeypatch.setattr(provider, "SSH_AFTER_LOGIN_S", 15.0)
+    monkeypatch.setattr(hypervisor, "SSH_AFTER_LOGIN_S", 15.0)
     return 15.0
 
 
 def _boot(
     tmp_path: Path, name: str, boot_timeout: float, on_reset: Callable[[], None] | None = None
-) -> tuple[LibvirtProvider, str, Exception | None]:
+) -> tuple[Hypervisor, str, Exception | None]:
     """Boot one guest; ``on_reset`` runs once the provider has reset it. Returns the provider, what it said,
     and the error it raised (None when the guest came up)."""
+    from dlinfra.providers.libvirt.hypervisor import Hypervisor
     from dlinfra.providers.libvirt.image import build_guest_image
-    from dlinfra.providers.libvirt.provider import LibvirtProvider
     from dlinfra.providers.libvirt.spec import GuestSpec
     from dlinfra.runtime import progress
 
     said = io.StringIO()
     progress.use_console(Console(file=said, width=400))
-    provider = LibvirtProvider(
+    provider = Hypervisor(
         image=build_guest_image(), state_dir=tmp_path / "state", subnet=SUBNET, boot_timeout=boot_timeout
     )
     done = threading.Event()

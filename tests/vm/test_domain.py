@@ -187,7 +187,7 @@ def test_guest_cpuset_forms(text, cpus) -> None:
 
 def test_sweep_finds_run_labels_by_domain_metadata_and_object_names(test_conn, render_domain, render_template) -> None:
     """What ``sweep(conn)`` (every run on a host) hands the down playbook, one label at a time."""
-    from dlinfra.providers.libvirt.provider import _run_labels
+    from dlinfra.providers.libvirt.hypervisor import _run_labels
 
     dom = test_conn.defineXML(render_domain(plan()))  # labelled rx in its metadata
     net = plan_network("r0123abcd", ["a"], [])

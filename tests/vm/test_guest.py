@@ -39,8 +39,8 @@ def vm(tmp_path_factory):
     need_module("libvirt")
     from dlinfra.errors import DlinfraError
     from dlinfra.images.wheelhouse import build_wheelhouse
+    from dlinfra.providers.libvirt.hypervisor import Hypervisor
     from dlinfra.providers.libvirt.image import build_guest_image
-    from dlinfra.providers.libvirt.provider import LibvirtProvider
     from dlinfra.providers.libvirt.spec import GuestSpec
 
     started = time.monotonic()
@@ -50,7 +50,7 @@ def vm(tmp_path_factory):
         wheelhouse = None  # an image without the payload boots the same
     image = build_guest_image(payload=wheelhouse)
     FIGURES["wheelhouse_and_image_s"] = round(time.monotonic() - started, 1)
-    provider = LibvirtProvider(image=image, state_dir=tmp_path_factory.mktemp("vm-state"), boot_timeout=480)
+    provider = Hypervisor(image=image, state_dir=tmp_path_factory.mktemp("vm-state"), boot_timeout=480)
     try:
         [target] = provider.up_guests([GuestSpec("g1", vcpus=1, memory_mib=2048, emulation="require")])
         FIGURES.update(provider.timings)
@@ -62,7 +62,7 @@ def vm(tmp_path_factory):
 
 
 def guest_run(target, command: list[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    from dlinfra.providers.libvirt.provider import ssh_argv
+    from dlinfra.providers.libvirt.hypervisor import ssh_argv
 
     return subprocess.run(ssh_argv(target, command), capture_output=True, text=True, timeout=timeout)
 
@@ -79,7 +79,7 @@ def test_guest_is_a_vm_target(vm) -> None:
 def test_the_console_watch_sees_the_booted_guest_in_userspace(vm) -> None:
     """What tells a booting kernel from a stuck one (boot.py) holds on a real guest's serial console."""
     from dlinfra.providers.libvirt.boot import ConsoleWatch
-    from dlinfra.providers.libvirt.provider import SERIAL_LOG_DIR
+    from dlinfra.providers.libvirt.hypervisor import SERIAL_LOG_DIR
 
     _provider, target, _wheelhouse = vm
     watch = ConsoleWatch(Path(SERIAL_LOG_DIR) / f"{target.details['domain']}-serial.log")

@@ -53,9 +53,9 @@ def hanging_image():
 
 
 def _provider(image, tmp_path: Path):
-    from dlinfra.providers.libvirt.provider import LibvirtProvider
+    from dlinfra.providers.libvirt.hypervisor import Hypervisor
 
-    return LibvirtProvider(image=image, state_dir=tmp_path / "state", boot_timeout=30)
+    return Hypervisor(image=image, state_dir=tmp_path / "state", boot_timeout=30)
 
 
 def _verdict(provider, image) -> Path:

@@ -60,10 +60,10 @@ def hypervisor(tmp_path_factory):
 
 
 def up_vars(conn, label: str, folder: Path, disk: Path, base_id: str) -> dict:
-    """What the provider gives the up playbook for one guest (see LibvirtProvider._provision)."""
+    """What the provider gives the up playbook for one guest (see Hypervisor._provision)."""
     from dlinfra.providers.libvirt.domain import DomainPlan, domain_vars
+    from dlinfra.providers.libvirt.hypervisor import ROLE_RESOLVED
     from dlinfra.providers.libvirt.network import libvirt_subnets, local_routes, network_vars, plan_network
-    from dlinfra.providers.libvirt.provider import ROLE_RESOLVED
     from dlinfra.providers.libvirt.spec import GuestSpec
 
     net = plan_network(label, ["g1"], libvirt_subnets(conn) + local_routes())
@@ -91,7 +91,7 @@ def up_vars(conn, label: str, folder: Path, disk: Path, base_id: str) -> dict:
 
 
 def up(variables: dict):
-    from dlinfra.providers.libvirt.provider import UP_PLAYBOOK, run_guest_playbook
+    from dlinfra.providers.libvirt.hypervisor import UP_PLAYBOOK, run_guest_playbook
 
     result = run_guest_playbook(UP_PLAYBOOK, URI, variables, host=HOST)
     assert result.ok, [str(f) for f in result.failures]
@@ -99,7 +99,7 @@ def up(variables: dict):
 
 
 def down(label: str):
-    from dlinfra.providers.libvirt.provider import DOWN_PLAYBOOK, run_guest_playbook
+    from dlinfra.providers.libvirt.hypervisor import DOWN_PLAYBOOK, run_guest_playbook
 
     result = run_guest_playbook(
         DOWN_PLAYBOOK, URI, {"libvirt_guest_run_label": label, "libvirt_guest_pool": POOL}, host=HOST
@@ -119,7 +119,7 @@ def left_of(conn, label: str) -> list[str]:
 
 def test_up_twice_changes_nothing_and_down_leaves_nothing(hypervisor) -> None:
     from dlinfra.providers.libvirt.domain import run_label_of
-    from dlinfra.providers.libvirt.provider import new_run_label
+    from dlinfra.providers.libvirt.hypervisor import new_run_label
 
     conn, folder, disk = hypervisor
     label = new_run_label()
@@ -163,7 +163,7 @@ def test_up_twice_changes_nothing_and_down_leaves_nothing(hypervisor) -> None:
 
 
 def test_a_new_image_prunes_older_base_volumes_unless_a_run_may_use_them(hypervisor) -> None:
-    from dlinfra.providers.libvirt.provider import new_run_label
+    from dlinfra.providers.libvirt.hypervisor import new_run_label
 
     conn, folder, disk = hypervisor
     pool_xml = f"<pool type='dir'><name>{POOL}</name><target><path>{POOL_PATH}</path></target></pool>"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dlinfra.providers.libvirt.spec import DeviceRequest, GuestSpec, PciAddress
 
-__all__ = ["DeviceRequest", "GuestSpec", "LibvirtProvider", "PciAddress"]
+__all__ = ["DeviceRequest", "GuestSpec", "LibvirtVmProvider", "PciAddress"]
 
 
 def __getattr__(name: str):  # the provider imports libvirt lazily: keep the package importable without it
-    if name == "LibvirtProvider":
-        from dlinfra.providers.libvirt.provider import LibvirtProvider
+    if name == "LibvirtVmProvider":
+        from dlinfra.providers.libvirt.provider import LibvirtVmProvider
 
-        return LibvirtProvider
+        return LibvirtVmProvider
     raise AttributeError(name)

@@ -172,6 +172,23 @@ PROVIDER_OPTIONS: dict[str, Option] = {
 }  # fmt: skip
 
 
+def guests_from_options(options: Mapping[str, Any], where: str) -> list[GuestSpec]:
+    """The guests ``layer_options.vm`` asks for on one host: its ``guests`` (default one, ``vm1``), each with the
+    guest fields given beside them as defaults. Errors name ``where.guests[i]``."""
+    guests = options.get("guests")
+    if guests is not None and (not isinstance(guests, list) or not all(isinstance(g, dict) for g in guests)):
+        raise SpecError(f"{where}.guests: must be a list of mappings", "e.g. guests: [{name: vm1}]")
+    defaults = {k: v for k, v in options.items() if k in GUEST_FIELDS and k != "name"}
+    out = []
+    for i, guest in enumerate(guests or [{"name": "vm1"}]):
+        at = f"{where}.guests[{i}]"
+        try:
+            out.append(GuestSpec.from_dict({**defaults, **guest}, at))
+        except SpecError as exc:
+            raise SpecError(exc.message if exc.message.startswith(at) else f"{at}: {exc.message}", exc.hint) from None
+    return out
+
+
 def check_provider_options(options: Mapping[str, Any], where: str) -> None:
     """``uri``, ``pool``, ``subnet``, ``boot_timeout`` and ``cloud_image`` as a guest bring-up will use them: the
     one check, run by ``--dry-run`` and by the bring-up alike (a value bring-up refuses never passes a dry run)."""

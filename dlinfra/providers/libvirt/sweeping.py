@@ -40,7 +40,7 @@ def sweep_libvirt_run(label: str, objects: list[dict[str, Any]], report: SweepRe
 
 def _sweep_hypervisor(label: str, uri: str, pool: str, report: SweepReport) -> None:
     try:
-        from dlinfra.providers.libvirt.provider import _libvirt, sweep
+        from dlinfra.providers.libvirt.hypervisor import _libvirt, sweep
 
         conn = _libvirt().open(uri)
     except Exception as exc:  # noqa: BLE001 - libvirt missing or its daemon down: say so, go on
@@ -68,7 +68,7 @@ def discover_libvirt_runs() -> dict[str, list[dict[str, Any]]]:
     found: dict[str, list[dict[str, Any]]] = {}
     entry = {"kind": "libvirt", "uri": LOCAL_LIBVIRT, "pool": DEFAULT_POOL}
     try:
-        from dlinfra.providers.libvirt.provider import _libvirt
+        from dlinfra.providers.libvirt.hypervisor import _libvirt
 
         conn = _libvirt().open(LOCAL_LIBVIRT)
     except Exception:  # noqa: BLE001 - no libvirt here, or its daemon is down: nothing to find there

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlinfra import secrets
 from dlinfra.errors import SpecError, TargetError
+from dlinfra.images.disk import disk_format
 from dlinfra.inventory import InventoryHost
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.openstack_cloud import connect, layer_cloud, run_cloud_playbook
@@ -236,7 +237,7 @@ class NovaProvider(Provider):
             return str(image.id)
         if wanted:
             path = Path(os.path.expanduser(str(wanted))).resolve()
-            return self._by_hash(path, _disk_format(path), "bare", {})
+            return self._by_hash(path, disk_format(path), "bare", {})
         from dlinfra.providers.libvirt.image import build_guest_image
 
         guest = build_guest_image(payload=spec.wheelhouse)
@@ -442,12 +443,6 @@ class NovaProvider(Provider):
 
 
 # ------------------------------------------------------------------ helpers
-def _disk_format(path: Path) -> str:
-    """qcow2 when the file starts like one, else raw (Glance needs the format named)."""
-    with path.open("rb") as handle:
-        return "qcow2" if handle.read(4) == b"QFI\xfb" else "raw"
-
-
 def _run_dir(label: str) -> Path:
     """The run's private folder beside its state file: the SSH key pair and the guests' known_hosts."""
     return runs_dir() / f"{label}.nova"
