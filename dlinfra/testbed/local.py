@@ -37,6 +37,7 @@ from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.payload.cpuset import format_cpuset
 from dlinfra.safe_yaml import read_text
 from dlinfra.text import plain
+from dlinfra.transport.ssh import ansible_ssh_common_args
 
 DEFAULT_NAME = "dlinfra"
 #: /24s are tried from here upwards until one clashes with no route or address on this machine.
@@ -714,7 +715,7 @@ def render_inventory(st: TestbedState) -> str:
                 "ansible_user": "root",
                 "ansible_port": 22,
                 "ansible_ssh_private_key_file": str(st.key),
-                "ansible_ssh_common_args": f"-o UserKnownHostsFile={st.known_hosts} -o StrictHostKeyChecking=yes",
+                "ansible_ssh_common_args": ansible_ssh_common_args(str(st.known_hosts)),
                 "ansible_python_interpreter": python,
                 "dlinfra_python": python,
                 "dlinfra_known_hosts": str(st.known_hosts),

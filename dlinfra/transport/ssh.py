@@ -30,6 +30,13 @@ from dlinfra.transport.base import CommandResult, LinkLost, Transport
 ANSIBLE_SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=30s -o StrictHostKeyChecking=yes -o BatchMode=yes"
 
 
+def ansible_ssh_common_args(known_hosts: str | None) -> str:
+    """``ansible_ssh_common_args`` of a host (or a group) whose keys are in ``known_hosts``: checked, always."""
+    return " ".join(
+        [*([f"-o UserKnownHostsFile={known_hosts}"] if known_hosts else []), "-o StrictHostKeyChecking=yes"]
+    )
+
+
 def remote_command(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
     """One remote command line from an argument list; every piece is quoted, values never parsed by a shell."""
     prefix = ["env", *(f"{k}={v}" for k, v in (env or {}).items())] if env else []
@@ -70,14 +77,11 @@ class SshEndpoint:
 
     def ansible_vars(self) -> dict[str, Any]:
         """Inventory variables that make Ansible reach this endpoint exactly as :func:`connect` does."""
-        args = ["-o StrictHostKeyChecking=yes"]
-        if self.known_hosts:
-            args.insert(0, f"-o UserKnownHostsFile={self.known_hosts}")
         hv: dict[str, Any] = {
             "ansible_host": self.address,
             "ansible_port": self.port,
             "ansible_user": self.user,
-            "ansible_ssh_common_args": " ".join(args),
+            "ansible_ssh_common_args": ansible_ssh_common_args(self.known_hosts),
         }
         if self.key_file:
             hv["ansible_ssh_private_key_file"] = self.key_file
