@@ -634,6 +634,35 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
     applied before validation, so a bad value fails exactly as in the file, naming the ``--set`` that gave it.
     """
     path = Path(path)
+    check, data = _document(path, overrides)
+    name, inventory, layers = _header(check, data)
+    check.datasets = _datasets(check, data.get("datasets"))
+    known = _workload_ids()
+    workloads, cells, shared_at = _workloads(check, data, known, layers)
+    spec = CampaignSpec(
+        path=path,
+        name=name,
+        inventory=inventory,
+        layers=list(layers),
+        workloads=workloads,
+        raw=data,
+        datasets=check.datasets,
+    )
+    _campaign_fields(check, spec, data, cells, known)
+    if shared_at is not None and spec.background is None:
+        raise check.fail(
+            shared_at, "scenario shared needs the campaign's background job", "add background: {workload: alexnet}"
+        )
+    if spec.background is not None and shared_at is None:
+        raise check.fail(("background",), "no cell has scenario shared: the background job would never run")
+    for unused in sorted(set(check.datasets) - check.used_datasets):
+        raise check.fail(("datasets", unused, "__key__"), f"no cell reads it (data: {ds.PREFIX}{unused})")
+    _check_providers(check, spec)
+    return spec
+
+
+def _document(path: Path, overrides: Sequence[str]) -> tuple[_Checker, dict[str, Any]]:
+    """The spec file read within bounds, the ``--set`` overrides applied, every top-level key known."""
     doc = safe_yaml.load(path, "campaign spec", SPEC_LIMITS)
     data = doc.data
     check = _Checker(path, _Lines(doc.lines))
@@ -651,6 +680,11 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
     for required in ("name", "workloads"):
         if required not in data:
             raise check.fail((), f"field '{required}' is missing ({TOP_FIELDS[required]})")
+    return check, data
+
+
+def _header(check: _Checker, data: dict[str, Any]) -> tuple[str, str, list[str]]:
+    """The campaign's name, inventory and layers."""
     name = data["name"]
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise check.fail(("name",), f"must be 1-{MAX_NAME} letters, digits, '-', '_' or '.', got {excerpt(name)}")
@@ -672,9 +706,15 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
             )
         if layer in layers[:i]:
             raise check.fail(("layers", i), f"layer {layer} is listed twice")
-    check.datasets = _datasets(check, data.get("datasets"))
+    return name, inventory, layers
+
+
+def _workloads(
+    check: _Checker, data: dict[str, Any], known: dict[str, str], layers: list[str]
+) -> tuple[list[WorkloadSpec], int, tuple[Any, ...] | None]:
+    """Every workload with its matrix, the number of cells they make, and where ``scenario: shared`` was first
+    written (None: nowhere)."""
     base = _matrix(check, data.get("matrix"), ("matrix",))
-    known = _workload_ids()
     raw_workloads = data["workloads"]
     if not isinstance(raw_workloads, list) or not raw_workloads:
         raise check.fail(("workloads",), "must be a non-empty list")
@@ -682,103 +722,100 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
     workloads: list[WorkloadSpec] = []
     cells = 0
     base_used: set[int] = set()  # campaign-wide exclusions that excluded something somewhere
-    shared_at: tuple[Any, ...] | None = None  # where the first scenario: shared was written
+    shared_at: tuple[Any, ...] | None = None
     for i, item in enumerate(raw_workloads):
         where: tuple[Any, ...] = ("workloads", i)
-        if isinstance(item, str):
-            item = {"name": item}
-        if not isinstance(item, dict):
-            raise check.fail(where, "must be a workload name or a mapping with 'name'")
-        for key in item:
-            if key not in WORKLOAD_FIELDS:
-                raise check.unknown(where, key, WORKLOAD_FIELDS)
-        wname = item.get("name", item.get("workload"))
-        if not isinstance(wname, str) or wname not in known:
-            close = difflib.get_close_matches(str(wname)[:100], list(known), n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(known)}"
-            raise check.fail((*where, "name") if "name" in item else where, f"unknown workload {excerpt(wname)}", hint)
-        on = check.listed(item.get("hosts", []), (*where, "hosts"), MAX_HOSTS)
-        for j, h in enumerate(on):
-            if not isinstance(h, str) or not HOST_PATTERN_RE.fullmatch(h):
-                raise check.fail(
-                    (*where, "hosts", j),
-                    f"must be a host or group name, all, or GROUP[i:j], got {excerpt(h)}",
-                    "names have letters, digits and . _ - : @ only",
-                )
-        own = _matrix(check, item.get("matrix"), (*where, "matrix"))
-        matrix = {**DEFAULT_MATRIX, **base.lists, **own.lists}
-        # The workload's own keys override the campaign's, zipped or not; its exclusions add to the campaign's.
-        zips = [[k for k in g if k not in own.lists] for g in base.zips]
-        zips = [g for g in zips if len(g) > 1] + own.zips
-        exclude = base.exclude + own.exclude
-        _applies(check, own.lists, wname, known[wname], matrix["mode"], (*where, "matrix"))
-        _reads_dataset(check, wname, matrix["data"], own.lists, where)
-        runs_in = _workload_modes(wname)
-        if any(m not in runs_in for m in matrix["mode"]):
-            raise check.fail(
-                (*where, "matrix", "mode"),
-                f"{wname} is a {known[wname]}: it runs in mode {' or '.join(runs_in)} only",
-                f"set mode: [{', '.join(runs_in)}] in its matrix",
-            )
-        only = item.get("layers")
-        if only is not None:
-            only = check.listed(only, (*where, "layers"), len(LAYERS))
-            stray = [x for x in only if x not in layers]
-            if stray or not only:
-                raise check.fail(
-                    (*where, "layers"),
-                    f"must list layers of the campaign, got {excerpt(only)}",
-                    f"campaign layers: {layers}",
-                )
-        product = _axes_product(matrix, zips)
-        crossed = matrix_points(matrix, zips, []) if product <= MAX_CELLS else []
-        points = [p for p in crossed if not any(_excluded(p, e) for e in exclude)]
-        cells += (len(points) if product <= MAX_CELLS else product) * len(only or layers)
+        item = {"name": item} if isinstance(item, str) else item
+        workload, crossed, points, product = _workload(check, item, where, base, known, layers)
+        cells += (len(points) if product <= MAX_CELLS else product) * len(workload.layers or layers)
+        matrix_at = (*where, "matrix") if "matrix" in item else ("matrix",)
         if cells > MAX_CELLS:
             raise check.fail(
-                (*where, "matrix") if "matrix" in item else ("matrix",),
+                matrix_at,
                 f"the matrix crosses into more than {MAX_CELLS:,} cells (values of every key multiplied, x layers)",
                 "split the campaign, or list fewer values",
             )
         if product <= MAX_CELLS and not points:
-            raise check.fail((*where, "matrix") if "matrix" in item else ("matrix",), "exclude leaves no cell to run")
-        for e, at in enumerate(own.exclude_at):
-            if not any(_excluded(p, own.exclude[e]) for p in crossed):
-                raise check.fail(at, "excludes no point of this workload's matrix", "check its keys and values")
+            raise check.fail(matrix_at, "exclude leaves no cell to run")
         base_used.update(i for i, ex in enumerate(base.exclude) for p in crossed if _excluded(p, ex))
-        shared = [p for p in points if p.get("scenario") == "shared"]
-        if shared:
-            at = (*where, "matrix", "scenario") if "scenario" in own.lists else ("matrix", "scenario")
-            shared_at = shared_at or at
-            if any(p["mode"] != "single" for p in shared):
-                raise check.fail(
-                    at,
-                    "scenario shared runs a single-instance cell next to the background job: mode single only",
-                    "exclude the other modes: exclude: [{scenario: shared, mode: [ps-async, sync]}]",
-                )
-        workloads.append(
-            WorkloadSpec(
-                name=wname,
-                on=on,
-                matrix=matrix,
-                line=check.lines.at(*where),
-                layers=only,
-                zips=zips,
-                exclude=exclude,
-            )
-        )
+        if any(p.get("scenario") == "shared" for p in points):
+            own_scenario = "scenario" in (item.get("matrix") or {})
+            shared_at = shared_at or ((*where, "matrix", "scenario") if own_scenario else ("matrix", "scenario"))
+        workloads.append(workload)
     for i, at in enumerate(base.exclude_at):
         if i not in base_used:
             raise check.fail(at, "excludes no point of any workload's matrix", "check its keys and values")
-    spec = CampaignSpec(
-        path=path,
-        name=name,
-        inventory=inventory,
-        layers=list(layers),
-        workloads=workloads,
-        raw=data,
-        datasets=check.datasets,
+    return workloads, cells, shared_at
+
+
+def _workload(
+    check: _Checker, item: Any, where: tuple[Any, ...], base: Any, known: dict[str, str], layers: list[str]
+) -> tuple[WorkloadSpec, list[dict[str, Any]], list[dict[str, Any]], int]:
+    """One entry of ``workloads``: the workload, its matrix's points before and after exclusions, and how many
+    points its axes multiply to (the points are not listed past :data:`MAX_CELLS`)."""
+    if not isinstance(item, dict):
+        raise check.fail(where, "must be a workload name or a mapping with 'name'")
+    for key in item:
+        if key not in WORKLOAD_FIELDS:
+            raise check.unknown(where, key, WORKLOAD_FIELDS)
+    wname = item.get("name", item.get("workload"))
+    if not isinstance(wname, str) or wname not in known:
+        close = difflib.get_close_matches(str(wname)[:100], list(known), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(known)}"
+        raise check.fail((*where, "name") if "name" in item else where, f"unknown workload {excerpt(wname)}", hint)
+    on = check.listed(item.get("hosts", []), (*where, "hosts"), MAX_HOSTS)
+    for j, h in enumerate(on):
+        if not isinstance(h, str) or not HOST_PATTERN_RE.fullmatch(h):
+            raise check.fail(
+                (*where, "hosts", j),
+                f"must be a host or group name, all, or GROUP[i:j], got {excerpt(h)}",
+                "names have letters, digits and . _ - : @ only",
+            )
+    own = _matrix(check, item.get("matrix"), (*where, "matrix"))
+    matrix = {**DEFAULT_MATRIX, **base.lists, **own.lists}
+    # The workload's own keys override the campaign's, zipped or not; its exclusions add to the campaign's.
+    zips = [[k for k in g if k not in own.lists] for g in base.zips]
+    zips = [g for g in zips if len(g) > 1] + own.zips
+    exclude = base.exclude + own.exclude
+    _applies(check, own.lists, wname, known[wname], matrix["mode"], (*where, "matrix"))
+    _reads_dataset(check, wname, matrix["data"], own.lists, where)
+    runs_in = _workload_modes(wname)
+    if any(m not in runs_in for m in matrix["mode"]):
+        raise check.fail(
+            (*where, "matrix", "mode"),
+            f"{wname} is a {known[wname]}: it runs in mode {' or '.join(runs_in)} only",
+            f"set mode: [{', '.join(runs_in)}] in its matrix",
+        )
+    only = item.get("layers")
+    if only is not None:
+        only = check.listed(only, (*where, "layers"), len(LAYERS))
+        if not only or any(x not in layers for x in only):
+            raise check.fail(
+                (*where, "layers"),
+                f"must list layers of the campaign, got {excerpt(only)}",
+                f"campaign layers: {layers}",
+            )
+    product = _axes_product(matrix, zips)
+    crossed = matrix_points(matrix, zips, []) if product <= MAX_CELLS else []
+    points = [p for p in crossed if not any(_excluded(p, e) for e in exclude)]
+    for e, at in enumerate(own.exclude_at):
+        if not any(_excluded(p, own.exclude[e]) for p in crossed):
+            raise check.fail(at, "excludes no point of this workload's matrix", "check its keys and values")
+    shared = [p for p in points if p.get("scenario") == "shared"]
+    if any(p["mode"] != "single" for p in shared):
+        raise check.fail(
+            (*where, "matrix", "scenario") if "scenario" in own.lists else ("matrix", "scenario"),
+            "scenario shared runs a single-instance cell next to the background job: mode single only",
+            "exclude the other modes: exclude: [{scenario: shared, mode: [ps-async, sync]}]",
+        )
+    spec = WorkloadSpec(
+        name=wname, on=on, matrix=matrix, line=check.lines.at(*where), layers=only, zips=zips, exclude=exclude
     )
+    return spec, crossed, points, product
+
+
+def _campaign_fields(check: _Checker, spec: CampaignSpec, data: dict[str, Any], cells: int, known: Any) -> None:
+    """Repeats, parameters, timeouts, layer options, expectations, order, background, interference, shield."""
     if isinstance(data.get("repeats"), dict):
         spec.adaptive = _adaptive_repeats(check, data["repeats"])
         spec.repeats = spec.adaptive.max
@@ -796,7 +833,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
             ("repeats",), f"{cells:,} cells x {spec.repeats} repeats is over the {MAX_RUNS:,} runs a campaign may hold"
         )
     spec.layer_options = _layer_options(check, data.get("layer_options"))
-    spec.expect = _expectations(check, data.get("expect"), known, layers)
+    spec.expect = _expectations(check, data.get("expect"), known, spec.layers)
     if "order" in data:
         if data["order"] not in ORDERS:
             raise check.fail(("order",), f"must be one of {', '.join(ORDERS)}, got {excerpt(data['order'])}")
@@ -806,16 +843,6 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
     spec.background = _background(check, data.get("background"), known)
     spec.interference = _interference(check, data.get("interference"))
     spec.shield = _shield(check, data.get("shield"))
-    if shared_at is not None and spec.background is None:
-        raise check.fail(
-            shared_at, "scenario shared needs the campaign's background job", "add background: {workload: alexnet}"
-        )
-    if spec.background is not None and shared_at is None:
-        raise check.fail(("background",), "no cell has scenario shared: the background job would never run")
-    for unused in sorted(set(check.datasets) - check.used_datasets):
-        raise check.fail(("datasets", unused, "__key__"), f"no cell reads it (data: {ds.PREFIX}{unused})")
-    _check_providers(check, spec)
-    return spec
 
 
 def _adaptive_repeats(check: _Checker, value: dict[str, Any]) -> AdaptiveRepeats:
