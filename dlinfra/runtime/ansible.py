@@ -363,13 +363,7 @@ def run_playbook(
     """Run ``playbook`` against ``targets``, or an ``inventory`` (a file, or data written privately here), and
     report per host. A task named in ``build_tasks`` that reports a change fills a cache on its host for good
     (the payload image loaded into a host's engine): its time counts as a first-time build."""
-    book = Path(playbook)
-    if not book.is_absolute():
-        book = PLAYBOOKS / book
-    if not book.is_file():
-        raise DlinfraError(f"playbook {book} does not exist")
-    if shutil.which("ansible-playbook") is None:
-        raise DlinfraError("ansible-playbook is not installed", "pip install 'dlinfra[controller]'")
+    book = _playbook_path(playbook)
     console = console or Console(stderr=True)
     private = Path(tempfile.mkdtemp(prefix="dlinfra-runner-"))
     artifacts = Path(artifacts_dir).resolve() if artifacts_dir else private / "artifacts"
@@ -377,27 +371,7 @@ def run_playbook(
     keep = keep_env()
     try:
         cfg = ansible_config(private / "ansible.cfg")
-        if targets is not None:
-            inv_path = private / "inventory.yml"
-            inv_path.write_text(yaml.safe_dump(inventory_for(targets), sort_keys=False))
-            hosts = [t.name for t in targets]
-        elif isinstance(inventory, Mapping):  # given as data: written here, private like the extra vars
-            inv_path = private / "inventory.yml"
-            inv_path.write_text(yaml.safe_dump(dict(inventory), sort_keys=False))
-            hosts = []
-        elif inventory is not None:
-            # Absolute: ansible-runner runs from its private folder, and takes a path it cannot find as the
-            # text of an inventory (one host named after the path, none of its variables).
-            inv_path = Path(inventory).resolve()
-            hosts = []
-        else:
-            raise DlinfraError("run_playbook needs targets or an inventory")
-        if isinstance(inventory, Mapping):
-            _register_secrets(extravars, _inventory_host_vars(inventory), None)
-        else:
-            _register_secrets(
-                extravars, [t.ansible_vars() for t in targets or []], inv_path if targets is None else None
-            )
+        inv_path, hosts = _write_inventory(private, targets, inventory, extravars)
         # Extra vars in a private file (-e @file), not on the command line, where ps and `command` would show them.
         (private / "env").mkdir(mode=0o700)
         extravars_file = private / "env" / "extravars"
@@ -405,45 +379,7 @@ def run_playbook(
         extravars_file.write_text(json.dumps(extravars or {}))
         display = _Display(console, hosts, book.stem, quiet)
         result = PlaybookResult(playbook=book.name, status="unstarted", rc=-1)
-
-        task_started: dict[tuple[str, str], float] = {}
-
-        def handle(event: dict[str, Any]) -> bool:
-            # In place: ansible-runner writes this very dict to job_events/ once we return.
-            clean = secrets.redact_obj(event)
-            event.clear()
-            event.update(clean)
-            data = event.get("event_data") or {}
-            host = data.get("host") or data.get("remote_addr")
-            kind = event.get("event", "")
-            task = data.get("task", "")
-            if host and kind == "runner_on_start":
-                display.update(host, task)
-                note(f"{book.stem}: {host}: {task}")
-                task_started[(host, task)] = time.monotonic()
-            elif host and kind in ("runner_on_ok", "runner_on_skipped"):
-                display.update(host, task, advance=1)
-                started = task_started.pop((host, task), None)
-                if task in build_tasks and (data.get("res") or {}).get("changed") and started is not None:
-                    add_build(started, time.monotonic())
-                facts = (data.get("res") or {}).get("ansible_facts") or {}
-                if "dlinfra_report" in facts:
-                    result.reports.setdefault(host, {}).update(facts["dlinfra_report"])
-            elif host and kind in ("runner_on_failed", "runner_on_unreachable"):
-                if kind == "runner_on_failed" and data.get("ignore_errors"):
-                    display.update(host, task, advance=1)
-                else:
-                    failure = TaskFailure(
-                        host, task, _message(data.get("res") or {}), unreachable=kind == "runner_on_unreachable"
-                    )
-                    result.failures.append(failure)
-                    display.update(host, f"[red]{task}: failed[/red]", advance=1)
-                    if not quiet:
-                        console.print(f"[red]✗[/red] {failure}")
-            if on_event is not None:
-                on_event(event)
-            return True
-
+        handle = _Events(book.stem, display, result, console, quiet, build_tasks, on_event)
         mark = controller_mark()  # a sweep stops the playbook if this process dies; a Ctrl-C stops it here
         with display.progress, _cancel_on_interrupt(mark) as canceled:
             runner = init_runner(
@@ -473,18 +409,7 @@ def run_playbook(
         result.status = runner.status
         result.rc = runner.rc if runner.rc is not None else -1
         result.artifacts = Path(runner.config.artifact_dir)
-        stats = runner.stats or {}
-        names = set(hosts)
-        for key in ("ok", "changed", "failures", "dark", "skipped", "processed"):
-            names.update((stats.get(key) or {}).keys())
-        for name in sorted(names):
-            result.hosts[name] = HostStatus(
-                ok=(stats.get("ok") or {}).get(name, 0),
-                changed=(stats.get("changed") or {}).get(name, 0),
-                failed=(stats.get("failures") or {}).get(name, 0),
-                unreachable=(stats.get("dark") or {}).get(name, 0),
-                skipped=(stats.get("skipped") or {}).get(name, 0),
-            )
+        result.hosts = _host_statuses(runner.stats or {}, hosts)
         if runner.status == "timeout":
             stop_playbook(mark)  # ansible-runner ended the main process; the running task's worker goes on
             result.failures.append(TaskFailure("*", book.stem, f"playbook timed out after {timeout} s"))
@@ -492,3 +417,118 @@ def run_playbook(
     finally:
         scrub(artifacts, keep_env=keep)
         shutil.rmtree(private, ignore_errors=True)
+
+
+def _playbook_path(playbook: str | Path) -> Path:
+    """The playbook's file (relative: below ``playbooks/``), and Ansible there to run it."""
+    book = Path(playbook)
+    if not book.is_absolute():
+        book = PLAYBOOKS / book
+    if not book.is_file():
+        raise DlinfraError(f"playbook {book} does not exist")
+    if shutil.which("ansible-playbook") is None:
+        raise DlinfraError("ansible-playbook is not installed", "pip install 'dlinfra[controller]'")
+    return book
+
+
+def _write_inventory(
+    private: Path,
+    targets: list[Target] | None,
+    inventory: Path | Mapping[str, Any] | None,
+    extravars: dict[str, Any] | None,
+) -> tuple[Path, list[str]]:
+    """The inventory file the run reads (targets and data written into ``private``), the hosts it names up front,
+    and every secret of it and of ``extravars`` registered for masking before Ansible says anything."""
+    if targets is not None:
+        inv_path = private / "inventory.yml"
+        inv_path.write_text(yaml.safe_dump(inventory_for(targets), sort_keys=False))
+        hosts = [t.name for t in targets]
+    elif isinstance(inventory, Mapping):  # given as data: written here, private like the extra vars
+        inv_path = private / "inventory.yml"
+        inv_path.write_text(yaml.safe_dump(dict(inventory), sort_keys=False))
+        hosts = []
+    elif inventory is not None:
+        # Absolute: ansible-runner runs from its private folder, and takes a path it cannot find as the
+        # text of an inventory (one host named after the path, none of its variables).
+        inv_path = Path(inventory).resolve()
+        hosts = []
+    else:
+        raise DlinfraError("run_playbook needs targets or an inventory")
+    if isinstance(inventory, Mapping):
+        _register_secrets(extravars, _inventory_host_vars(inventory), None)
+    else:
+        _register_secrets(extravars, [t.ansible_vars() for t in targets or []], inv_path if targets is None else None)
+    return inv_path, hosts
+
+
+class _Events:
+    """ansible-runner's event handler: masks secrets in each event, shows progress, collects reports and
+    failures into the result, and times the tasks that fill a cache."""
+
+    def __init__(
+        self,
+        stem: str,
+        display: _Display,
+        result: PlaybookResult,
+        console: Console,
+        quiet: bool,
+        build_tasks: Collection[str],
+        on_event: Callable[[dict[str, Any]], None] | None,
+    ) -> None:
+        self.stem, self.display, self.result, self.console, self.quiet = stem, display, result, console, quiet
+        self.build_tasks, self.on_event = build_tasks, on_event
+        self.started: dict[tuple[str, str], float] = {}
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        # In place: ansible-runner writes this very dict to job_events/ once we return.
+        clean = secrets.redact_obj(event)
+        event.clear()
+        event.update(clean)
+        data = event.get("event_data") or {}
+        host = data.get("host") or data.get("remote_addr")
+        kind = event.get("event", "")
+        if host:
+            self._host_event(host, kind, data.get("task", ""), data)
+        if self.on_event is not None:
+            self.on_event(event)
+        return True
+
+    def _host_event(self, host: str, kind: str, task: str, data: dict[str, Any]) -> None:
+        res = data.get("res") or {}
+        if kind == "runner_on_start":
+            self.display.update(host, task)
+            note(f"{self.stem}: {host}: {task}")
+            self.started[(host, task)] = time.monotonic()
+        elif kind in ("runner_on_ok", "runner_on_skipped"):
+            self.display.update(host, task, advance=1)
+            started = self.started.pop((host, task), None)
+            if task in self.build_tasks and res.get("changed") and started is not None:
+                add_build(started, time.monotonic())
+            facts = res.get("ansible_facts") or {}
+            if "dlinfra_report" in facts:
+                self.result.reports.setdefault(host, {}).update(facts["dlinfra_report"])
+        elif kind == "runner_on_failed" and data.get("ignore_errors"):
+            self.display.update(host, task, advance=1)
+        elif kind in ("runner_on_failed", "runner_on_unreachable"):
+            failure = TaskFailure(host, task, _message(res), unreachable=kind == "runner_on_unreachable")
+            self.result.failures.append(failure)
+            self.display.update(host, f"[red]{task}: failed[/red]", advance=1)
+            if not self.quiet:
+                self.console.print(f"[red]✗[/red] {failure}")
+
+
+def _host_statuses(stats: Mapping[str, Any], hosts: list[str]) -> dict[str, HostStatus]:
+    """Each host's task counts from ansible-runner's stats (hosts named up front count even when never reached)."""
+    names = set(hosts)
+    for key in ("ok", "changed", "failures", "dark", "skipped", "processed"):
+        names.update((stats.get(key) or {}).keys())
+    return {
+        name: HostStatus(
+            ok=(stats.get("ok") or {}).get(name, 0),
+            changed=(stats.get("changed") or {}).get(name, 0),
+            failed=(stats.get("failures") or {}).get(name, 0),
+            unreachable=(stats.get("dark") or {}).get(name, 0),
+            skipped=(stats.get("skipped") or {}).get(name, 0),
+        )
+        for name in sorted(names)
+    }
