@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from dlinfra.errors import DlinfraError
 from dlinfra.report import views
 from dlinfra.report.drift import drift_view
@@ -18,6 +20,9 @@ from dlinfra.report.frame import (
 from dlinfra.report.model import STATISTICS, Report
 from dlinfra.report.warnings import ReportWarning, dedupe
 from dlinfra.results.store import ResultsStore
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def build_report(
@@ -43,22 +48,7 @@ def build_report(
     m = METRICS[metric]
     campaign_id = store.resolve_campaign(campaign)
     row = next((c for c in store.campaigns() if c["campaign_id"] == campaign_id), {})
-    name = row.get("name", campaign_id)
-    runs = load_runs(store, campaign_id)
-    contaminated, worst = 0, None
-    if not include_contaminated:
-        runs, contaminated, worst = leave_out_contaminated(runs)
-    failed = failed_cells(store, campaign_id)
-    if runs.empty and contaminated:
-        share = f": other programs took up to {worst:.0%} of their CPUs" if worst is not None else ""
-        raise DlinfraError(
-            f"all {contaminated} run(s) of campaign {campaign_id} were contaminated{share}",
-            "see who with 'dlinfra results show'; --include-contaminated reports them anyway; "
-            "measure again on a quieter host",
-        )
-    if runs.empty:
-        detail = f" ({len(failed)} failed cell(s))" if len(failed) else ""
-        raise DlinfraError(f"campaign {campaign_id} has no stored runs{detail}", "see 'dlinfra results show'")
+    runs, failed, contaminated, worst = _campaign_runs(store, campaign_id, include_contaminated)
     layers = sorted(set(runs["layer"]))
     if baseline not in layers:
         raise DlinfraError(
@@ -71,42 +61,12 @@ def build_report(
     trimmed = 0
     if statistic == "trimmed":
         values, trimmed = trim_runs(values)
-    elapsed = values if metric == "elapsed" else run_values(runs, METRICS["elapsed"])
-    tta = values if metric == "time-to-accuracy" else run_values(runs, METRICS["time-to-accuracy"])
-
-    overhead, warnings = views.overhead_view(values, failed, m, baseline, seed)
-    step_table, samples = views.step_times(runs, baseline)
-    report_views = {
-        "overhead": overhead,
-        "scaling": views.scaling_view(values, m),
-        "ps": views.ps_view(values, m, seed),
-        "shared": views.shared_view(values, m, seed),
-        "sync_async": views.sync_async_view(tta, elapsed),
-        "run_times": views.run_times_view(elapsed),
-        "system": views.system_view(runs),
-        "step_times": step_table,
-    }
+    report_views, warnings, samples = _views(
+        store, campaign_id, runs, values, failed, metric, baseline, seed, statistic
+    )
     if series:
         report_views["series"] = views.series_view(runs)
-    report_views["drift"], drift_warnings = drift_view(values, seed)
-    warnings.extend(drift_warnings)
-    expect = store.campaign_spec(campaign_id).get("expect")
-    if isinstance(expect, list) and expect:
-        outcomes = evaluate(store, campaign_id, expect, seed=seed, statistic=statistic)
-        report_views["expectations"] = outcomes_frame(outcomes)
-        for o in outcomes:
-            if o.status != PASS:
-                code = "expectation-failed" if o.status == FAIL else "expectation-no-data"
-                warnings.append(ReportWarning(code, o.line(), o.workload, o.config, o.layer))
-    notes = [
-        f"{len(values)} run(s) over {len(set(values['cell_hash']))} cell(s), layers {', '.join(layers)}; "
-        f"{len(failed)} failed cell run(s)"
-        + (
-            f", {row['failed_attempts']} failed attempt(s) in all, retries included"
-            if row.get("failed_attempts")
-            else ""
-        )
-    ]
+    notes = _notes(store, campaign_id, row, values, failed, layers, trimmed)
     if contaminated:
         share = f" (others took up to {worst:.0%} of their CPUs)" if worst is not None else ""
         warnings.append(
@@ -116,17 +76,8 @@ def build_report(
                 "--include-contaminated keeps them, 'dlinfra results show' says who",
             )
         )
-    rule = store.campaign_spec(campaign_id).get("repeats")
-    if isinstance(rule, dict):
-        ran = int(values["repeat"].max()) + 1 if not values.empty else 0
-        notes.append(
-            f"repeats sized by the noise: until every 95% CI half-width (detectable_pct) is <= {rule.get('ci_pct')}%, "
-            f"at least {rule.get('min')} and at most {rule.get('max')}; {ran} ran"
-        )
-    if trimmed:
-        notes.append(f"statistic trimmed: {trimmed} run(s) dropped, the fastest and slowest of each layer")
     if compare_seed:
-        from dlinfra.report.seeds import compare
+        from dlinfra.report.seeds import compare  # SciPy and the seeds' figures: only when asked
 
         table, seed_notes, seed_warnings = compare(compare_seed, report_views, runs, baseline, rng_seed=seed)
         report_views["seed"] = table
@@ -142,7 +93,7 @@ def build_report(
         )
     return Report(
         campaign_id=campaign_id,
-        campaign_name=name,
+        campaign_name=row.get("name", campaign_id),
         baseline=baseline,
         metric=metric,
         unit=m.unit,
@@ -154,3 +105,93 @@ def build_report(
         step_samples=samples,
         statistic=statistic,
     )
+
+
+def _campaign_runs(
+    store: ResultsStore, campaign_id: str, include_contaminated: bool
+) -> tuple[pd.DataFrame, pd.DataFrame, int, float | None]:
+    """The campaign's runs (contaminated ones left out unless asked), its failed cells, how many runs were left
+    out and the largest share of CPU others took in them; an error when nothing is left to report."""
+    runs = load_runs(store, campaign_id)
+    contaminated, worst = 0, None
+    if not include_contaminated:
+        runs, contaminated, worst = leave_out_contaminated(runs)
+    failed = failed_cells(store, campaign_id)
+    if runs.empty and contaminated:
+        share = f": other programs took up to {worst:.0%} of their CPUs" if worst is not None else ""
+        raise DlinfraError(
+            f"all {contaminated} run(s) of campaign {campaign_id} were contaminated{share}",
+            "see who with 'dlinfra results show'; --include-contaminated reports them anyway; "
+            "measure again on a quieter host",
+        )
+    if runs.empty:
+        detail = f" ({len(failed)} failed cell(s))" if len(failed) else ""
+        raise DlinfraError(f"campaign {campaign_id} has no stored runs{detail}", "see 'dlinfra results show'")
+    return runs, failed, contaminated, worst
+
+
+def _views(
+    store: ResultsStore,
+    campaign_id: str,
+    runs: pd.DataFrame,
+    values: pd.DataFrame,
+    failed: pd.DataFrame,
+    metric: str,
+    baseline: str,
+    seed: int,
+    statistic: str,
+) -> tuple[dict[str, pd.DataFrame], list[ReportWarning], Any]:
+    """Every view of the report (the per-node series apart), the warnings they raise, and the step-time samples."""
+    m = METRICS[metric]
+    elapsed = values if metric == "elapsed" else run_values(runs, METRICS["elapsed"])
+    tta = values if metric == "time-to-accuracy" else run_values(runs, METRICS["time-to-accuracy"])
+    overhead, warnings = views.overhead_view(values, failed, m, baseline, seed)
+    report_views = {
+        "overhead": overhead,
+        "scaling": views.scaling_view(values, m),
+        "ps": views.ps_view(values, m, seed),
+        "shared": views.shared_view(values, m, seed),
+        "sync_async": views.sync_async_view(tta, elapsed),
+        "run_times": views.run_times_view(elapsed),
+        "system": views.system_view(runs),
+    }
+    report_views["step_times"], samples = views.step_times(runs, baseline)
+    report_views["drift"], drift_warnings = drift_view(values, seed)
+    warnings.extend(drift_warnings)
+    expect = store.campaign_spec(campaign_id).get("expect")
+    if isinstance(expect, list) and expect:
+        outcomes = evaluate(store, campaign_id, expect, seed=seed, statistic=statistic)
+        report_views["expectations"] = outcomes_frame(outcomes)
+        for o in outcomes:
+            if o.status != PASS:
+                code = "expectation-failed" if o.status == FAIL else "expectation-no-data"
+                warnings.append(ReportWarning(code, o.line(), o.workload, o.config, o.layer))
+    return report_views, warnings, samples
+
+
+def _notes(
+    store: ResultsStore,
+    campaign_id: str,
+    row: dict[str, Any],
+    values: pd.DataFrame,
+    failed: pd.DataFrame,
+    layers: list[str],
+    trimmed: int,
+) -> list[str]:
+    """What the report was made of: runs, cells, layers, failures, how repeats were sized, what was trimmed."""
+    attempts = row.get("failed_attempts")
+    notes = [
+        f"{len(values)} run(s) over {len(set(values['cell_hash']))} cell(s), layers {', '.join(layers)}; "
+        f"{len(failed)} failed cell run(s)"
+        + (f", {attempts} failed attempt(s) in all, retries included" if attempts else "")
+    ]
+    rule = store.campaign_spec(campaign_id).get("repeats")
+    if isinstance(rule, dict):
+        ran = int(values["repeat"].max()) + 1 if not values.empty else 0
+        notes.append(
+            f"repeats sized by the noise: until every 95% CI half-width (detectable_pct) is <= {rule.get('ci_pct')}%, "
+            f"at least {rule.get('min')} and at most {rule.get('max')}; {ran} ran"
+        )
+    if trimmed:
+        notes.append(f"statistic trimmed: {trimmed} run(s) dropped, the fastest and slowest of each layer")
+    return notes
