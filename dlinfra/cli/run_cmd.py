@@ -12,6 +12,7 @@ from dlinfra.cli.common import console, err_console, shown, store_from
 from dlinfra.orchestration.spec import RunInput
 
 if TYPE_CHECKING:
+    from dlinfra.orchestration.campaign import CampaignResult, CellSummary
     from dlinfra.orchestration.cells import Cell
 
 
@@ -107,25 +108,20 @@ def run(
             console=err_console,
             quiet=quiet,
         )
+    _print_outcome(result, spec)
+    if result.interrupted:
+        return 130
+    return 1 if result.failed else 0
+
+
+def _print_outcome(result: CampaignResult, spec: Path) -> None:
+    """The cells that ran, one row each, then one line per layer failure and the campaign's summary lines."""
     table = Table(
         "cell", "repeat", "status", "wall s", "payload s", "overhead s", "others %",
         title=f"campaign {result.campaign_id}",
     )  # fmt: skip
     for s in result.ran:
-        elapsed = s.run.payload_elapsed_s
-        share = s.verdict.foreign_share if s.verdict is not None else None
-        status = "ok" if s.run.status == "ok" else f"[red]failed[/red]: {shown(s.run.failure_reason or '')}"
-        if s.run.status == "ok" and s.verdict is not None and s.verdict.contaminated:
-            status = "[yellow]contaminated[/yellow]"
-        table.add_row(
-            s.cell.label(),
-            str(s.repeat),
-            status,
-            f"{s.run.wall_s:.2f}",
-            f"{elapsed:.2f}" if elapsed is not None else "-",
-            f"{s.overhead_s:.2f}" if s.overhead_s is not None else "-",
-            f"{100 * share:.1f}" if share is not None else "-",
-        )
+        table.add_row(*_cell_row(s))
     if result.ran:
         console.print(table)
     for failure in result.layer_failures:
@@ -152,9 +148,24 @@ def run(
             f"campaign efficiency {result.efficiency:.2f}: the payloads measured {result.payload_s:.0f} s "
             f"of {result.wall_s - result.build_s:.0f} s wall time{builds}"
         )
-    if result.interrupted:
-        return 130
-    return 1 if result.failed else 0
+
+
+def _cell_row(s: CellSummary) -> tuple[str, ...]:
+    """One stored cell run as the table shows it: status, wall and payload time, overhead, others' CPU share."""
+    elapsed = s.run.payload_elapsed_s
+    share = s.verdict.foreign_share if s.verdict is not None else None
+    status = "ok" if s.run.status == "ok" else f"[red]failed[/red]: {shown(s.run.failure_reason or '')}"
+    if s.run.status == "ok" and s.verdict is not None and s.verdict.contaminated:
+        status = "[yellow]contaminated[/yellow]"
+    return (
+        s.cell.label(),
+        str(s.repeat),
+        status,
+        f"{s.run.wall_s:.2f}",
+        f"{elapsed:.2f}" if elapsed is not None else "-",
+        f"{s.overhead_s:.2f}" if s.overhead_s is not None else "-",
+        f"{100 * share:.1f}" if share is not None else "-",
+    )
 
 
 #: Cell config keys the dry-run table shows in their own columns (the rest go in "config").

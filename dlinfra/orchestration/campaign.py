@@ -279,21 +279,69 @@ def bring_up(
     ``skip`` (nothing left to run) keep the stand-ins given there. A bad spec (SpecError) or Ctrl-C cancels the
     layers still coming up (their playbooks and waits stop), takes down what is up and stops the campaign.
     """
-    up = BroughtUp()
-    stacked = _stacked_on(spec)
-    most_processes: dict[str, int] = {}  # a provider that publishes ports at bring-up publishes enough
-    for cell in _planned(spec, hosts, inventory):
-        most_processes[cell.layer] = max(most_processes.get(cell.layer, 1), cell.processes)
-    stop = threading.Event()
-    lock = threading.Lock()
+    return _BringUp(spec, hosts, inventory, artifacts, wheelhouse, skip or {}, on_up).run()
 
-    def one(layer: str) -> None:
+
+class _BringUp:
+    """One campaign's bring-up: the layers' threads, what each made, and the stop that cancels them."""
+
+    def __init__(
+        self,
+        spec: CampaignSpec,
+        hosts: list[InventoryHost],
+        inventory: Path,
+        artifacts: Path,
+        wheelhouse: Wheelhouse | None,
+        skip: dict[str, list[Target]],
+        on_up: Callable[[str, list[Target]], None] | None,
+    ) -> None:
+        self.spec, self.hosts, self.inventory, self.artifacts = spec, hosts, inventory, artifacts
+        self.wheelhouse, self.skip, self.on_up = wheelhouse, skip, on_up
+        self.up = BroughtUp()
+        self.stacked = _stacked_on(spec)
+        self.most_processes: dict[str, int] = {}  # a provider that publishes ports at bring-up publishes enough
+        for cell in _planned(spec, hosts, inventory):
+            self.most_processes[cell.layer] = max(self.most_processes.get(cell.layer, 1), cell.processes)
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+
+    def run(self) -> BroughtUp:
+        """Start the layers that stack on none, each stacked one when its base is up; in the spec's order."""
+        order = _bring_up_order(self.spec)
+        pool = ThreadPoolExecutor(max_workers=len(order), thread_name_prefix="dlinfra-up")
+        running = {pool.submit(self.layer, layer): layer for layer in order if layer not in self.stacked}
+        try:
+            while running:
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    layer = running.pop(future)
+                    future.result()  # a SpecError or a worker's cancellation stops the campaign here
+                    for above in (a for a in order if self.stacked.get(a) == layer):
+                        running[pool.submit(self.layer, above)] = above
+        except BaseException:
+            self.stop.set()  # the layers still coming up stop (their playbooks are cancelled, their waits end)
+            _, late = wait(running, timeout=CANCEL_WAIT_S)
+            if late:
+                say(f"  still coming up after {CANCEL_WAIT_S:.0f} s: {', '.join(running[f] for f in late)}; "
+                    "'dlinfra sweep' removes what they leave")  # fmt: skip
+            self.up.down()
+            raise
+        finally:
+            pool.shutdown(wait=False)
+        # In the spec's order, whichever layer came up first: the cells, their order and the deploys follow it.
+        up = self.up
+        up.targets = {layer: up.targets[layer] for layer in order if layer in up.targets}
+        up.placeholders = {layer: up.placeholders[layer] for layer in order if layer in up.placeholders}
+        return up
+
+    def layer(self, layer: str) -> None:
         """Bring ``layer`` up (on a worker thread); record its targets, or why it has none."""
-        carrying = _carrying(spec, hosts, inventory, layer)
+        up, spec = self.up, self.spec
+        carrying = _carrying(spec, self.hosts, self.inventory, layer)
         options = spec.layer_options.get(layer, {})
-        base = stacked.get(layer)
-        if skip and layer in skip:
-            up.placeholders[layer] = skip[layer]
+        base = self.stacked.get(layer)
+        if layer in self.skip:
+            up.placeholders[layer] = self.skip[layer]
             say(f"  {layer}: every cell is stored already, not brought up")
             return
         if base in up.failures:
@@ -305,21 +353,21 @@ def bring_up(
         layer_spec = LayerSpec(
             layer,
             carrying,
-            inventory,
+            self.inventory,
             options,
-            artifacts / layer,
+            self.artifacts / layer,
             below=up.targets.get(base) if base else None,
             below_options=spec.layer_options.get(base, {}) if base else {},
-            wheelhouse=wheelhouse,
-            stacked=[above for above, on in stacked.items() if on == layer],
+            wheelhouse=self.wheelhouse,
+            stacked=[above for above, on in self.stacked.items() if on == layer],
             datasets=bool(spec.datasets),
-            processes_per_cell=most_processes.get(layer, 1),
+            processes_per_cell=self.most_processes.get(layer, 1),
         )
-        with lock:
+        with self.lock:
             up.providers.append(provider)
         try:
             with (
-                cancellable(stop),
+                cancellable(self.stop),
                 phase(f"{layer}: bring up", f"{provider.name} on {', '.join(h.name for h in carrying)}"),
             ):
                 targets = provider.up(layer_spec)
@@ -328,7 +376,7 @@ def bring_up(
         except Exception as exc:  # noqa: BLE001 - any failure of one layer must leave the others running
             up.failures[layer] = LayerFailure(layer, "bring-up", _one_line(exc))
             up.placeholders[layer] = _placeholders(layer, carrying, options, None)
-            with lock:
+            with self.lock:
                 up.providers.remove(provider)
             _tear_down(provider, f"{layer}: clean up after the failed bring-up")
             return
@@ -336,35 +384,9 @@ def bring_up(
             host = next((h for h in carrying if h.name == t.physical_host), None)
             t.groups = t.groups or (list(host.groups) if host else [])
         up.targets[layer] = targets
-        if on_up is not None:
-            with cancellable(stop):
-                on_up(layer, targets)
-
-    order = _bring_up_order(spec)
-    pool = ThreadPoolExecutor(max_workers=len(order), thread_name_prefix="dlinfra-up")
-    running = {pool.submit(one, layer): layer for layer in order if layer not in stacked}
-    try:
-        while running:
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
-                layer = running.pop(future)
-                future.result()  # a SpecError or a worker's cancellation stops the campaign here
-                for above in (a for a in order if stacked.get(a) == layer):
-                    running[pool.submit(one, above)] = above
-    except BaseException:
-        stop.set()  # the layers still coming up stop (their playbooks are cancelled, their waits end)
-        _, late = wait(running, timeout=CANCEL_WAIT_S)
-        if late:
-            say(f"  still coming up after {CANCEL_WAIT_S:.0f} s: {', '.join(running[f] for f in late)}; "
-                "'dlinfra sweep' removes what they leave")  # fmt: skip
-        up.down()
-        raise
-    finally:
-        pool.shutdown(wait=False)
-    # In the spec's order, whichever layer came up first: the cells, their order and the deploys follow it.
-    up.targets = {layer: up.targets[layer] for layer in order if layer in up.targets}
-    up.placeholders = {layer: up.placeholders[layer] for layer in order if layer in up.placeholders}
-    return up
+        if self.on_up is not None:
+            with cancellable(self.stop):
+                self.on_up(layer, targets)
 
 
 def planned_cells(checked: RunInput) -> list[Cell]:

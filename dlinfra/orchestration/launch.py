@@ -368,48 +368,11 @@ class Launcher:
         barrier = threading.Barrier(len(processes))
         threads = []
         for outcome, (conn, _) in zip(outcomes, conns, strict=True):
-            p = outcome.process
-            run_dir = self._run_dir(p, cell, repeat)
-            inner = self._argv(cell, repeat, p, run_dir, control_port)
-            env = tf_config(processes, p)
-            # A single cell's one process makes its own run folder (see _prepare).
-            fresh = run_dir if cell.mode == "single" else None
-            # The payload's temporary folder inside the run folder: a process stopped by a signal, which leaves
-            # it behind (dlinfra.payload.scratch), leaves it there, where the next prepare or a teardown removes it.
-            # A fresh run folder is made the TMPDIR by the wrapper itself (process_groups.wrapped).
-            settings = [] if fresh else [f"TMPDIR={run_dir}"]
-            if env is not None:
-                settings.append(f"TF_CONFIG={json.dumps(env, sort_keys=True)}")
-            if settings:
-                inner = ["env", *settings, *inner]
-            pid_file = self._pid_file(p, cell, repeat)
-            self._register(p.target, pid_file)
-            argv = ["timeout", "--kill-after=5", f"{timeout:.0f}", *inner]
-            argv = process_groups.wrapped(pid_file, argv, fresh_folder=fresh)
+            argv = self._process_argv(cell, repeat, outcome.process, processes, timeout, control_port)
             th = threading.Thread(target=self._run_one, args=(conn, argv, outcome, barrier), daemon=True)
             threads.append(th)
             th.start()
-        deadline = t0 + timeout + 10
-        reason: str | None = None
-        failed_at: float | None = None
-        try:
-            while any(th.is_alive() for th in threads):
-                now = time.monotonic()
-                if cancel.is_set():
-                    reason = "interrupted by the user (Ctrl-C)"
-                    break
-                if now > deadline:
-                    reason = f"cell timed out after {timeout:.0f} s"
-                    break
-                if failed_at is None and any(o.exit_code not in (None, 0) or o.error for o in outcomes):
-                    failed_at = now
-                if failed_at is not None and now - failed_at > 5:
-                    break  # a peer failed; the rest would only wait for their peer timeout
-                for th in threads:
-                    th.join(timeout=0.05)
-        except KeyboardInterrupt:
-            cancel.set()
-            reason = "interrupted by the user (Ctrl-C)"
+        reason = _wait_processes(threads, outcomes, t0 + timeout + 10, timeout, cancel)
         if any(th.is_alive() for th in threads):
             self._kill(cell, repeat, outcomes, conns)
             for th in threads:
@@ -429,6 +392,29 @@ class Launcher:
         run = self._finish(cell, outcomes, started_utc, t0, reason, held)
         run.phases = phases
         return run
+
+    def _process_argv(
+        self, cell: Cell, repeat: int, p: Process, processes: list[Process], timeout: float, control_port: int | None
+    ) -> list[str]:
+        """One process's command on its target: the payload in its run folder, bounded by ``timeout``, wrapped so
+        that its process group is recorded (and registered here, for a kill or a sweep)."""
+        run_dir = self._run_dir(p, cell, repeat)
+        inner = self._argv(cell, repeat, p, run_dir, control_port)
+        env = tf_config(processes, p)
+        # A single cell's one process makes its own run folder (see _prepare).
+        fresh = run_dir if cell.mode == "single" else None
+        # The payload's temporary folder inside the run folder: a process stopped by a signal, which leaves
+        # it behind (dlinfra.payload.scratch), leaves it there, where the next prepare or a teardown removes it.
+        # A fresh run folder is made the TMPDIR by the wrapper itself (process_groups.wrapped).
+        settings = [] if fresh else [f"TMPDIR={run_dir}"]
+        if env is not None:
+            settings.append(f"TF_CONFIG={json.dumps(env, sort_keys=True)}")
+        if settings:
+            inner = ["env", *settings, *inner]
+        pid_file = self._pid_file(p, cell, repeat)
+        self._register(p.target, pid_file)
+        argv = ["timeout", "--kill-after=5", f"{timeout:.0f}", *inner]
+        return process_groups.wrapped(pid_file, argv, fresh_folder=fresh)
 
     def _prepare(
         self, cell: Cell, repeat: int, processes: list[Process], conns: list[tuple[Transport, tuple[Target, int]]]
@@ -617,3 +603,32 @@ class Launcher:
             wall_s=(ended[0] if ended else time.monotonic()) - t0,
             outcomes=outcomes,
         )
+
+
+def _wait_processes(
+    threads: list[threading.Thread],
+    outcomes: list[ProcessOutcome],
+    deadline: float,
+    timeout: float,
+    cancel: threading.Event,
+) -> str | None:
+    """Wait for a cell's processes; why they were stopped early (Ctrl-C, the cell's timeout), or None. A failed
+    process ends the wait 5 s later: its peers would only wait for their peer timeout."""
+    failed_at: float | None = None
+    try:
+        while any(th.is_alive() for th in threads):
+            now = time.monotonic()
+            if cancel.is_set():
+                return "interrupted by the user (Ctrl-C)"
+            if now > deadline:
+                return f"cell timed out after {timeout:.0f} s"
+            if failed_at is None and any(o.exit_code not in (None, 0) or o.error for o in outcomes):
+                failed_at = now
+            if failed_at is not None and now - failed_at > 5:
+                return None
+            for th in threads:
+                th.join(timeout=0.05)
+    except KeyboardInterrupt:
+        cancel.set()
+        return "interrupted by the user (Ctrl-C)"
+    return None

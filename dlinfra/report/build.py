@@ -83,14 +83,6 @@ def build_report(
         report_views["seed"] = table
         notes.extend(seed_notes)
         warnings.extend(seed_warnings)
-    if values["emulated"].any():
-        warnings.append(
-            ReportWarning(
-                "emulated",
-                "some runs ran in emulated guests (software CPU): their layers are not comparable "
-                "with real hardware; comparisons across the two are refused",
-            )
-        )
     return Report(
         campaign_id=campaign_id,
         campaign_name=row.get("name", campaign_id),
@@ -166,6 +158,14 @@ def _views(
             if o.status != PASS:
                 code = "expectation-failed" if o.status == FAIL else "expectation-no-data"
                 warnings.append(ReportWarning(code, o.line(), o.workload, o.config, o.layer))
+    if values["emulated"].any():
+        warnings.append(
+            ReportWarning(
+                "emulated",
+                "some runs ran in emulated guests (software CPU): their layers are not comparable "
+                "with real hardware; comparisons across the two are refused",
+            )
+        )
     return report_views, warnings, samples
 
 

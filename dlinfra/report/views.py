@@ -13,8 +13,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -80,8 +82,6 @@ def overhead_view(
             warnings.append(ReportWarning("no-metric", f"no run recorded {metric.column}", workload, config))
             continue
         base = group[group["layer"] == baseline]
-        base_cpu = set(",".join(base["cpu_model"]).split(",")) if not base.empty else set()
-        base_runtime = _runtime(base)
         for layer in _layer_order(list(in_group["layer"]) + list(failed_group["layer"]), baseline):
             mine = group[group["layer"] == layer]
             extra_failed = in_group[(in_group["layer"] == layer) & ~in_group["ok"]]
@@ -94,9 +94,7 @@ def overhead_view(
             lo_m, hi_m = stats.mean_ci(mine["value"].to_numpy())
             flags: list[str] = []
 
-            def flag(code: str, message: str, flags: list[str] = flags, key: tuple[str, ...] = key) -> None:
-                flags.append(code)
-                warnings.append(ReportWarning(code, message, *key))
+            flag = functools.partial(_flag, flags, warnings, key)
 
             if n_failed:
                 reasons = sorted(set(failed_group.loc[failed_group["layer"] == layer, "failure_reason"]) - {""})
@@ -108,36 +106,7 @@ def overhead_view(
                 flag("emulated", CODES["emulated"])
             if GENERATED_DATA.search(config):  # the row says what it read, wherever it is copied to
                 flag("generated-data", CODES["generated-data"])
-            point = low = high = math.nan
-            if layer == baseline:
-                verdict = "baseline" if s.n else "no runs"
-            elif s.n == 0:
-                verdict = "no runs"
-            elif base.empty:
-                verdict = "no baseline"
-                flag("no-baseline", f"no successful {baseline} run to compare with")
-            else:
-                refused = refusal_reasons(base, mine)
-                if refused:
-                    verdict = "refused"
-                    for code in refused:
-                        flag(code, CODES[code])
-                else:
-                    point, low, high = stats.overhead_ci(
-                        base["value"].to_numpy(),
-                        mine["value"].to_numpy(),
-                        metric.higher_is_better,
-                    )
-                    verdict = stats.verdict(low, high)
-                    cpus = set(",".join(mine["cpu_model"]).split(","))
-                    if cpus != base_cpu:
-                        flag(
-                            "cpu-model-differs",
-                            f"CPU model {', '.join(sorted(cpus))} vs {baseline}'s {', '.join(sorted(base_cpu))}",
-                        )
-                    runtime = _runtime(mine)
-                    if runtime != base_runtime:
-                        flag("runtime-differs", f"{runtime} vs {baseline}'s {base_runtime}")
+            verdict, point, low, high = _against_baseline(base, mine, layer, baseline, s.n, metric, flag)
             rows.append(
                 {
                     "workload": workload,
@@ -161,6 +130,40 @@ def overhead_view(
                 }
             )
     return pd.DataFrame(rows, columns=OVERHEAD_COLUMNS), warnings
+
+
+def _against_baseline(
+    base: pd.DataFrame,
+    mine: pd.DataFrame,
+    layer: str,
+    baseline: str,
+    runs: int,
+    metric: Metric,
+    flag: Callable[[str, str], None],
+) -> tuple[str, float, float, float]:
+    """A layer's verdict against the baseline, and its overhead with the CI (NaN where there is none): refused
+    where the runs may not be compared, flagged where the machines or runtimes underneath differ."""
+    if layer == baseline:
+        return ("baseline" if runs else "no runs"), math.nan, math.nan, math.nan
+    if runs == 0:
+        return "no runs", math.nan, math.nan, math.nan
+    if base.empty:
+        flag("no-baseline", f"no successful {baseline} run to compare with")
+        return "no baseline", math.nan, math.nan, math.nan
+    refused = refusal_reasons(base, mine)
+    if refused:
+        for code in refused:
+            flag(code, CODES[code])
+        return "refused", math.nan, math.nan, math.nan
+    point, low, high = stats.overhead_ci(base["value"].to_numpy(), mine["value"].to_numpy(), metric.higher_is_better)
+    base_cpu = set(",".join(base["cpu_model"]).split(","))
+    cpus = set(",".join(mine["cpu_model"]).split(","))
+    if cpus != base_cpu:
+        flag("cpu-model-differs", f"CPU model {', '.join(sorted(cpus))} vs {baseline}'s {', '.join(sorted(base_cpu))}")
+    runtime, base_runtime = _runtime(mine), _runtime(base)
+    if runtime != base_runtime:
+        flag("runtime-differs", f"{runtime} vs {baseline}'s {base_runtime}")
+    return stats.verdict(low, high), point, low, high
 
 
 def _speedup(base: float, value: float, higher_is_better: bool) -> float:
@@ -586,3 +589,9 @@ def _runtime(runs: pd.DataFrame) -> str:
     pythons = sorted(set(",".join(runs["python_version"]).split(",")))
     tfs = sorted(set(",".join(runs["tf_version"]).split(",")))
     return f"Python {', '.join(pythons)}, TensorFlow {', '.join(tfs)}"
+
+
+def _flag(flags: list[str], warnings: list[ReportWarning], key: tuple[str, ...], code: str, message: str) -> None:
+    """One flag on a row of the overhead view: its code in the row's flags, and a warning naming the row."""
+    flags.append(code)
+    warnings.append(ReportWarning(code, message, *key))
