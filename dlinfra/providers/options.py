@@ -10,6 +10,7 @@ against them (tests/providers/test_options.py). Checks that tie options together
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -81,8 +82,10 @@ class Option:
                 return f"must be {self.describe()}"
         elif kind == "bool" and not isinstance(value, bool):
             return "must be true or false"
-        elif kind in ("str", "path") and not isinstance(value, str):
+        elif kind == "str" and not isinstance(value, str):
             return "must be a string"
+        elif kind == "path" and not isinstance(value, (str, os.PathLike)):
+            return "must be a path"
         elif kind == "str" and self.pattern is not None and not self.pattern.fullmatch(value):
             return f"is not {self.shape}"
         elif kind == "choice" and value not in self.choices:

@@ -35,6 +35,10 @@ def test_every_shipped_option_is_a_record_whose_default_passes_its_own_check(nam
         option.check(option.default, f"{name}.{key}")
 
 
+def test_a_path_option_takes_a_path_object_as_code_gives_it(tmp_path) -> None:
+    Option("w", "path").check(tmp_path, "x.w")
+
+
 def test_a_guests_declared_fields_are_the_guest_record_fields() -> None:
     from dlinfra.providers.libvirt.spec import GUEST_OPTIONS, GuestSpec
 
@@ -53,6 +57,7 @@ def test_a_guests_declared_fields_are_the_guest_record_fields() -> None:
         (Option("h", "patterns"), ["ok", "a;b"], "x.h.1: 'a;b' is not a host pattern"),
         (Option("s", "cpuset"), "3-1", "x.s: '3-1' must be a CPU list like '0-3,8'"),
         (Option("p", "str", secret=True), 7, "x.p: (hidden) must be a string"),
+        (Option("w", "path"), 7, "x.w: 7 must be a path"),
     ],
 )
 def test_an_option_refuses_a_value_naming_the_field(option: Option, value: object, message: str) -> None:
