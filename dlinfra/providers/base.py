@@ -10,7 +10,7 @@ Writing a provider (PerfKitBenchmarker's resource template, made symmetric):
 
 - class attributes: ``name`` (its id in ``layer_options.LAYER.provider``),
   ``layers`` (the layers it can provide, each mapped to the layer it runs on:
-  ``{"ctr": None, "ctr-vm": "vm"}``), ``options`` (option -> one-line help);
+  ``{"ctr": None, "ctr-vm": "vm"}``), ``options`` (option -> its :class:`~dlinfra.providers.options.Option`);
 - :meth:`Provider.validate` checks a campaign's options when the spec is
   loaded, before anything is built (the default refuses unknown keys);
 - :meth:`Provider.up` runs ``create_dependencies -> create -> wait_ready ->

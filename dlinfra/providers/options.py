@@ -16,19 +16,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from dlinfra import secrets
 from dlinfra.errors import SpecError
 from dlinfra.inventory import MAX_HOSTS
 from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
 from dlinfra.text import excerpt
 
-#: What a value must be. ``patterns``: a list of inventory host patterns; ``cpuset``: ``"0-3,8"`` or a list of
-#: CPU numbers; ``path``: a file or folder on the controller (a string); ``any``: the provider checks it itself.
 #: One inventory host pattern: a name, a group, ``all``, ``group[i]`` or ``group[i:j]``, Ansible's operators.
 HOST_PATTERN = re.compile(r"[\w.:@\[\]*?!&,~^$-]{1,255}", re.ASCII)
 
 #: A string with something in it: the ``pattern`` of options that name a thing (a cloud, a network).
 NON_EMPTY = re.compile(r"\S.*", re.DOTALL)
 
+#: What a value must be. ``patterns``: a list of inventory host patterns; ``cpuset``: ``"0-3,8"`` or a list of
+#: CPU numbers; ``path``: a file or folder on the controller; ``any``: the provider checks it itself.
 Kind = Literal["int", "number", "bool", "str", "choice", "list", "patterns", "cpuset", "mapping", "path", "any"]
 
 
@@ -51,13 +52,15 @@ class Option:
     #: What a ``str`` must match as a whole, and that shape in words (``an image reference``).
     pattern: re.Pattern[str] | None = None
     shape: str = ""
-    #: A credential: never echoed, and masked wherever the spec is shown.
+    #: A credential: never echoed in a message, and registered for masking (dlinfra.secrets) once it is checked.
     secret: bool = False
 
     def check(self, value: Any, at: str) -> None:
         """Raise a :class:`SpecError` naming ``at`` when ``value`` is not of this option's kind and bounds."""
         if value is None:
             return  # absent: the default
+        if self.secret:
+            secrets.register(value)
         problem = self._problem(value)
         if not problem and self.kind == "patterns":
             for i, pattern in enumerate(value):

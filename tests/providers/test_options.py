@@ -35,6 +35,15 @@ def test_every_shipped_option_is_a_record_whose_default_passes_its_own_check(nam
         option.check(option.default, f"{name}.{key}")
 
 
+def test_a_secret_option_is_registered_for_masking_and_never_echoed() -> None:
+    from dlinfra import secrets
+
+    with pytest.raises(SpecError) as caught:
+        Option("token", "int", secret=True).check("s3cr3t-value-42", "x.token")
+    assert "s3cr3t-value-42" not in str(caught.value)
+    assert "s3cr3t-value-42" not in secrets.redact("the token is s3cr3t-value-42")
+
+
 def test_a_path_option_takes_a_path_object_as_code_gives_it(tmp_path) -> None:
     Option("w", "path").check(tmp_path, "x.w")
 
