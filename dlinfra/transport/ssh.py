@@ -37,6 +37,17 @@ def ansible_ssh_common_args(known_hosts: str | None) -> str:
     )
 
 
+def with_connect_timeout(argv: Sequence[str], seconds: int) -> list[str]:
+    """An ssh argv that :meth:`SshEndpoint.argv` made (a run's state file keeps one) with another connect timeout:
+    a sweep reaching a host that may be gone waits less than a bring-up."""
+    out = list(argv)
+    for i in range(1, len(out) - 1):
+        if out[i] == "-o" and out[i + 1].startswith("ConnectTimeout="):
+            out[i + 1] = f"ConnectTimeout={seconds}"
+            return out
+    return [*out[:1], "-o", f"ConnectTimeout={seconds}", *out[1:]]
+
+
 def remote_command(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
     """One remote command line from an argument list; every piece is quoted, values never parsed by a shell."""
     prefix = ["env", *(f"{k}={v}" for k, v in (env or {}).items())] if env else []

@@ -25,6 +25,7 @@ from dlinfra.payload.cpuset import CpuSetError, format_cpuset, parse_cpuset
 from dlinfra.providers.containers.engine import Engine
 from dlinfra.runtime.runs_registry import RunClaim
 from dlinfra.text import excerpt
+from dlinfra.transport.ssh import with_connect_timeout
 
 RUN_LABEL = "dlinfra.run"
 NETNS_DIR = "/run/netns"
@@ -178,7 +179,7 @@ def engine_from(where: dict[str, object], *, timeout: float = 120.0) -> Engine:
     """The engine a state file entry names; over SSH with a short connect timeout (the host may be gone)."""
     via = [str(a) for a in where.get("via") or []]  # type: ignore[attr-defined]
     if via and via[0] == "ssh":
-        via = [via[0], "-o", "ConnectTimeout=10", *via[1:]]
+        via = with_connect_timeout(via, 10)
     return Engine(
         str(where.get("engine") or "docker"),  # type: ignore[arg-type]
         host=str(where.get("host") or "localhost"),

@@ -1,0 +1,28 @@
+"""SSH command lines and Ansible's SSH variables come from one builder (dlinfra/transport/ssh.py): host keys are
+always checked, against the endpoint's own known_hosts when it has one."""
+
+from __future__ import annotations
+
+from dlinfra.transport.ssh import SshEndpoint, ansible_ssh_common_args, with_connect_timeout
+
+
+def test_the_argv_checks_host_keys_against_the_endpoints_file_and_quotes_the_command() -> None:
+    argv = SshEndpoint("h1", "10.0.0.5", 2222, "dl", "/k/id", "/k/known").argv(["echo", "a b;c"])
+    assert argv[0] == "ssh" and "StrictHostKeyChecking=yes" in argv and "BatchMode=yes" in argv
+    assert "UserKnownHostsFile=/k/known" in argv and "GlobalKnownHostsFile=/dev/null" in argv
+    assert argv[-3:] == ["dl@10.0.0.5", "--", "echo 'a b;c'"]
+
+
+def test_ansible_reaches_the_endpoint_as_the_argv_does() -> None:
+    hv = SshEndpoint("h1", "10.0.0.5", 2222, "dl", "/k/id", "/k/known").ansible_vars()
+    assert hv["ansible_ssh_common_args"] == ansible_ssh_common_args("/k/known")
+    assert hv["ansible_ssh_common_args"] == "-o UserKnownHostsFile=/k/known -o StrictHostKeyChecking=yes"
+    assert ansible_ssh_common_args(None) == "-o StrictHostKeyChecking=yes"
+
+
+def test_a_saved_argv_gets_another_connect_timeout_once() -> None:
+    saved = SshEndpoint("h1", "10.0.0.5").argv(connect_timeout=30)
+    shorter = with_connect_timeout(saved, 10)
+    assert "ConnectTimeout=10" in shorter and "ConnectTimeout=30" not in shorter
+    assert len(shorter) == len(saved)
+    assert with_connect_timeout(["ssh", "root@h"], 5) == ["ssh", "-o", "ConnectTimeout=5", "root@h"]
