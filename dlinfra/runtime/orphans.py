@@ -20,10 +20,11 @@ import contextlib
 import os
 import secrets
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from dlinfra.runtime.wait import WaitTimedOut, wait_for
 
 #: The environment variable that marks a playbook with the controller that runs it.
 CONTROLLER_ENV = "DLINFRA_CONTROLLER"
@@ -125,9 +126,14 @@ def _stop(orphans: list[int], grace_s: float) -> list[int]:
 
     for pid in orphans:
         send(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_start_ticks(pid) is not None for pid in orphans):
-        time.sleep(0.1)
+    with contextlib.suppress(WaitTimedOut):
+        wait_for(
+            "orphaned playbooks to stop",
+            lambda: all(_start_ticks(pid) is None for pid in orphans),
+            timeout=grace_s,
+            interval=0.1,
+            cancellable=False,
+        )
     for pid in orphans:
         send(pid, signal.SIGKILL)
     return orphans

@@ -35,6 +35,7 @@ import yaml
 
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.payload.cpuset import format_cpuset
+from dlinfra.runtime.wait import WaitTimedOut, wait_for
 from dlinfra.safe_yaml import read_text
 from dlinfra.text import plain
 from dlinfra.transport.ssh import ansible_ssh_common_args
@@ -203,14 +204,19 @@ def _link_exists(name: str) -> bool:
 
 
 def _wait_port(address: str, port: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((address, port), timeout=0.3):
-                return True
-        except OSError:
-            time.sleep(0.03)
-    return False
+    try:
+        wait_for(f"{address}:{port}", lambda: _port_open(address, port), timeout=timeout, interval=0.03)
+    except WaitTimedOut:
+        return False
+    return True
+
+
+def _port_open(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=0.3):
+            return True
+    except OSError:
+        return False
 
 
 class LocalTestbed:
