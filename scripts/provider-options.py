@@ -2,7 +2,6 @@
 """Print docs/provider-options.md: the declared options of every provider dlinfra ships (plug-ins left out)."""
 
 from dlinfra.providers.options import reference
-from dlinfra.providers.registry import provider_class, provider_names
+from dlinfra.providers.registry import shipped_providers
 
-shipped = {name: provider_class(name) for name in provider_names()}
-print(reference({name: cls for name, cls in shipped.items() if cls.__module__.startswith("dlinfra.")}), end="")
+print(reference(shipped_providers()), end="")

@@ -726,7 +726,7 @@ def _workloads(
     for i, item in enumerate(raw_workloads):
         where: tuple[Any, ...] = ("workloads", i)
         item = {"name": item} if isinstance(item, str) else item
-        workload, crossed, points, product = _workload(check, item, where, base, known, layers)
+        workload, crossed, points, product, shared = _workload(check, item, where, base, known, layers)
         cells += (len(points) if product <= MAX_CELLS else product) * len(workload.layers or layers)
         matrix_at = (*where, "matrix") if "matrix" in item else ("matrix",)
         if cells > MAX_CELLS:
@@ -738,9 +738,7 @@ def _workloads(
         if product <= MAX_CELLS and not points:
             raise check.fail(matrix_at, "exclude leaves no cell to run")
         base_used.update(i for i, ex in enumerate(base.exclude) for p in crossed if _excluded(p, ex))
-        if any(p.get("scenario") == "shared" for p in points):
-            own_scenario = "scenario" in (item.get("matrix") or {})
-            shared_at = shared_at or ((*where, "matrix", "scenario") if own_scenario else ("matrix", "scenario"))
+        shared_at = shared_at or shared
         workloads.append(workload)
     for i, at in enumerate(base.exclude_at):
         if i not in base_used:
@@ -749,10 +747,11 @@ def _workloads(
 
 
 def _workload(
-    check: _Checker, item: Any, where: tuple[Any, ...], base: Any, known: dict[str, str], layers: list[str]
-) -> tuple[WorkloadSpec, list[dict[str, Any]], list[dict[str, Any]], int]:
-    """One entry of ``workloads``: the workload, its matrix's points before and after exclusions, and how many
-    points its axes multiply to (the points are not listed past :data:`MAX_CELLS`)."""
+    check: _Checker, item: Any, where: tuple[Any, ...], base: _Matrix, known: dict[str, str], layers: list[str]
+) -> tuple[WorkloadSpec, list[dict[str, Any]], list[dict[str, Any]], int, tuple[Any, ...] | None]:
+    """One entry of ``workloads``: the workload, its matrix's points before and after exclusions, how many points
+    its axes multiply to (the points are not listed past :data:`MAX_CELLS`), and where ``scenario: shared`` that
+    it runs was written (None: it runs none)."""
     if not isinstance(item, dict):
         raise check.fail(where, "must be a workload name or a mapping with 'name'")
     for key in item:
@@ -802,19 +801,22 @@ def _workload(
         if not any(_excluded(p, own.exclude[e]) for p in crossed):
             raise check.fail(at, "excludes no point of this workload's matrix", "check its keys and values")
     shared = [p for p in points if p.get("scenario") == "shared"]
+    shared_at = (*where, "matrix", "scenario") if "scenario" in own.lists else ("matrix", "scenario")
     if any(p["mode"] != "single" for p in shared):
         raise check.fail(
-            (*where, "matrix", "scenario") if "scenario" in own.lists else ("matrix", "scenario"),
+            shared_at,
             "scenario shared runs a single-instance cell next to the background job: mode single only",
             "exclude the other modes: exclude: [{scenario: shared, mode: [ps-async, sync]}]",
         )
     spec = WorkloadSpec(
         name=wname, on=on, matrix=matrix, line=check.lines.at(*where), layers=only, zips=zips, exclude=exclude
     )
-    return spec, crossed, points, product
+    return spec, crossed, points, product, (shared_at if shared else None)
 
 
-def _campaign_fields(check: _Checker, spec: CampaignSpec, data: dict[str, Any], cells: int, known: Any) -> None:
+def _campaign_fields(
+    check: _Checker, spec: CampaignSpec, data: dict[str, Any], cells: int, known: dict[str, str]
+) -> None:
     """Repeats, parameters, timeouts, layer options, expectations, order, background, interference, shield."""
     if isinstance(data.get("repeats"), dict):
         spec.adaptive = _adaptive_repeats(check, data["repeats"])

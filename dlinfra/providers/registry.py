@@ -41,6 +41,12 @@ def provider_names() -> list[str]:
     return sorted(_entry_points())
 
 
+def shipped_providers() -> dict[str, type[Provider]]:
+    """The providers dlinfra itself ships, by name (installed plug-ins left out): what its docs list."""
+    classes = {name: provider_class(name) for name in provider_names()}
+    return {name: cls for name, cls in classes.items() if cls.__module__.startswith("dlinfra.")}
+
+
 def provider_class(name: str) -> type[Provider]:
     """The class registered as ``name``; a clear error when there is none, or it is not a provider."""
     ep = _entry_points().get(name)

@@ -60,7 +60,8 @@ def test_no_module_uses_another_packages_private_names() -> None:
     for path in sorted((REPO / "dlinfra").rglob("*.py")):
         module = ".".join(path.relative_to(REPO).with_suffix("").parts)
         aliases: dict[str, str] = {}  # local name -> the dlinfra module it is bound to
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dlinfra"):
                 for alias in node.names:
                     private = alias.name.startswith("_") and not alias.name.startswith("__")
@@ -71,7 +72,7 @@ def test_no_module_uses_another_packages_private_names() -> None:
                 for alias in node.names:
                     if alias.name.startswith("dlinfra") and alias.asname:
                         aliases[alias.asname] = alias.name
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(tree):
             if (
                 isinstance(node, ast.Attribute)
                 and node.attr.startswith("_")

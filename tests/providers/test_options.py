@@ -12,22 +12,17 @@ from support import REPO
 
 from dlinfra.errors import SpecError
 from dlinfra.providers.options import Option, reference
-from dlinfra.providers.registry import provider_class, provider_names
-
-
-def _shipped() -> dict[str, type]:
-    classes = {name: provider_class(name) for name in provider_names()}
-    return {name: cls for name, cls in classes.items() if cls.__module__.startswith("dlinfra.")}
+from dlinfra.providers.registry import shipped_providers
 
 
 def test_the_options_page_is_generated_from_the_declarations() -> None:
     page = (REPO / "docs" / "provider-options.md").read_text()
-    assert page == reference(_shipped()), "run scripts/provider-options.py > docs/provider-options.md"
+    assert page == reference(shipped_providers()), "run scripts/provider-options.py > docs/provider-options.md"
 
 
-@pytest.mark.parametrize("name", sorted(_shipped()))
+@pytest.mark.parametrize("name", sorted(shipped_providers()))
 def test_every_shipped_option_is_a_record_whose_default_passes_its_own_check(name: str) -> None:
-    cls = _shipped()[name]
+    cls = shipped_providers()[name]
     assert cls.options, f"{name} declares no options"
     for key, option in cls.options.items():
         assert isinstance(option, Option), f"{name}.{key} is not an Option"
@@ -81,7 +76,7 @@ def test_the_spec_loader_knows_no_providers_option_names() -> None:
 
     own = {*spec.TOP_FIELDS, *spec.WORKLOAD_FIELDS, *spec.ADAPTIVE_REPEAT_FIELDS, *spec.SHIELD_FIELDS,
            *spec.INTERFERENCE_FIELDS, *spec.EXPECT_FIELDS, *spec.CELL_KEYS, "provider"}  # fmt: skip
-    options = {key for cls in _shipped().values() for key in cls.options} - own
+    options = {key for cls in shipped_providers().values() for key in cls.options} - own
     tree = ast.parse((REPO / "dlinfra" / "orchestration" / "spec.py").read_text())
     literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     assert not options & literals, sorted(options & literals)
