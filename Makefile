@@ -33,17 +33,17 @@ test-setup: $(TEST_STAMP)
 deps:
 	scripts/install-deps.sh
 
-$(STAMP): pyproject.toml scripts/install-deps.sh
+# The venv is a copy of one cached by its pins (scripts/install-venv.sh): a fresh clone installs only dlinfra itself.
+$(STAMP): pyproject.toml scripts/install-deps.sh scripts/install-venv.sh
 	scripts/install-deps.sh
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[controller]'
+	PYTHON=$(PYTHON) scripts/install-venv.sh $(VENV) controller
 	touch $@
 
-$(TEST_STAMP): $(STAMP)
+# The tests' venv is another cache entry (the controller's dependencies and the test tools), not an addition to it.
+$(TEST_STAMP): pyproject.toml scripts/install-deps.sh scripts/install-venv.sh
 	scripts/install-deps.sh test
-	$(BIN)/pip install -q -e '.[dev]'
-	touch $@
+	PYTHON=$(PYTHON) scripts/install-venv.sh $(VENV) controller,dev
+	touch $(STAMP) $@
 
 # The OpenStack services the ironic and nova providers are tested on (Ironic; Keystone, Placement, Glance, Neutron,
 # Nova), each set in its own venv (stamped by its pinned versions).

@@ -35,7 +35,7 @@ from figures import Figure, record
 from rich.console import Console
 
 from dlinfra.orchestration.campaign import run_campaign
-from dlinfra.orchestration.spec import preflight
+from dlinfra.orchestration.plan import preflight
 from dlinfra.results.store import open_store
 from dlinfra.testbed.local import LocalTestbed
 

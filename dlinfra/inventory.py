@@ -13,6 +13,8 @@ setting.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import os
 import re
@@ -22,6 +24,7 @@ import signal
 import socket
 import string
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -466,13 +469,44 @@ def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float, limit: int
     return code, b"".join(out["stdout"]), b"".join(out["stderr"])
 
 
+#: Inventories Ansible has parsed in this process, by :func:`_parsed_key`: a campaign reads its inventory again
+#: for every playbook it runs (their secrets are registered first), and each ``ansible-inventory`` costs half a
+#: second of CPU. Only inventories that run no code are kept: their hosts follow from their files' bytes.
+_PARSED: dict[str, list[InventoryHost]] = {}
+_PARSED_LOCK = threading.Lock()
+
+
 def load_inventory(source: str | Path, *, allow_code: bool = False) -> list[InventoryHost]:
     """All hosts of an Ansible inventory (file or folder, YAML or INI), in inventory order. An inventory that runs
     code (a script, a plugin) is refused unless ``allow_code`` (:func:`check_inventory_files`)."""
     path = Path(source)
-    where = plain(source, 200, tail=True)
     for value in check_inventory_files(path, allow_code=allow_code):
         register_secret(value)  # before Ansible reads the file: none of its messages may show them
+    key = None if allow_code else _parsed_key(path)
+    with _PARSED_LOCK:
+        hosts = _PARSED.get(key) if key is not None else None
+    if hosts is None:
+        hosts = _parse_with_ansible(path, plain(source, 200, tail=True))
+        if key is not None:
+            with _PARSED_LOCK:
+                _PARSED[key] = hosts
+    register_host_vars(h.vars for h in hosts)  # what Ansible resolved too (vault, plugins, group_vars)
+    return copy.deepcopy(hosts)  # callers may change a host's vars
+
+
+def _parsed_key(path: Path) -> str:
+    """What the parse of a code-free inventory depends on: its files' names and bytes, and Ansible's settings."""
+    digest = hashlib.sha256(str(path.resolve()).encode())
+    for file, kind in _inventory_files(path):
+        digest.update(f"\0{file}\0{kind}\0".encode())
+        digest.update(file.read_bytes())
+    settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("ANSIBLE_"))
+    digest.update(json.dumps(settings).encode())
+    return digest.hexdigest()
+
+
+def _parse_with_ansible(path: Path, where: str) -> list[InventoryHost]:
+    """``ansible-inventory --list``, bounded, and its hosts checked as the files were."""
 
     def hide(text: str) -> str:
         return plain(" ".join(redact(text).split()), 200)
@@ -532,7 +566,6 @@ def load_inventory(source: str | Path, *, allow_code: bool = False) -> list[Inve
         )
     if not hosts:
         raise SpecError(f"inventory {where} has no hosts")
-    register_host_vars(h.vars for h in hosts)  # what Ansible resolved too (vault, plugins, group_vars)
     return hosts
 
 

@@ -32,6 +32,7 @@ summary on stderr. See docs/compare.md.
 def check(ctx: click.Context, campaign: str, seed: int, statistic: str) -> int:
     """Check CAMPAIGN (id, unique prefix, name, 'latest' or 'latest~N') against the
     'expect' entries of its spec: one line per expectation that fails or cannot be checked."""
+    # deferred: pulls pandas and SciPy (a second); 'dlinfra --help' imports this module
     from dlinfra.report.expectations import FAIL, NO_DATA, PASS, evaluate
 
     with store_from(ctx) as store:

@@ -108,6 +108,7 @@ def open_output(out: Path, binary: bool = False) -> Iterator[IO[Any]]:
 
 def emit_report(result: Any, fmt: str, out: Path | None, view: str) -> bool:
     """Render a report (or a comparison) as ``fmt`` to stdout, or to the file ``out``; True when written to it."""
+    # deferred: pulls pandas and SciPy (a second); every subcommand and 'dlinfra --help' import this module
     from dlinfra.report.render import render
 
     width = console.width if console.is_terminal and out is None else None

@@ -109,7 +109,7 @@ def show(ctx: click.Context, campaign: str, as_json: bool) -> None:
 @click.pass_context
 def export(ctx: click.Context, campaign: str | None, fmt: str, out: Path) -> None:
     """Export run rows (one per process per run) to CSV or Parquet."""
-    from dlinfra.results.export import export_runs
+    from dlinfra.results.export import export_runs  # deferred: pulls pandas; 'dlinfra --help' imports this module
 
     with store_from(ctx) as store:
         campaign_id = store.resolve_campaign(campaign) if campaign else None

@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from dlinfra.cli.common import console, err_console, shown, store_from
-from dlinfra.orchestration.spec import RunInput
+from dlinfra.orchestration.plan import RunInput, preflight
 
 if TYPE_CHECKING:
     from dlinfra.orchestration.campaign import CampaignResult, CellSummary
@@ -79,8 +79,6 @@ def run(
     quiet: bool,
 ) -> int:
     """Run the campaign SPEC: provision, deploy, run every cell x repeat, store each as it ends."""
-    from dlinfra.orchestration.spec import preflight
-
     # Bad input fails here, before the store is opened (created) or anything is built or provisioned.
     checked = preflight(
         spec,
@@ -91,6 +89,7 @@ def run(
         allow_inventory_code=allow_inventory_code,
         dry_run=dry_run,
     )
+    # deferred: the run engine pulls ansible-runner; 'dlinfra --help' imports this module
     from dlinfra.orchestration.campaign import planned_cells, run_campaign
 
     cells = planned_cells(checked)  # a workload's hosts that match no host fail here, before the store is made

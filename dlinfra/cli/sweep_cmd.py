@@ -44,6 +44,7 @@ def sweep(run_label: str | None, campaign: str | None, all_runs: bool, dry_run: 
     a run killed with SIGKILL is told from a live one; the live one is never touched. Exit 0
     when everything found was removed, 1 when something could not be (listed on stderr).
     """
+    # deferred: pulls ansible-runner; 'dlinfra --help' imports this module
     from dlinfra.orchestration.sweep import sweep as do_sweep
 
     if sum(bool(x) for x in (run_label, campaign, all_runs)) > 1:

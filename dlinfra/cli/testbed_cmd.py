@@ -12,6 +12,7 @@ import click
 from rich.table import Table
 
 from dlinfra.cli.common import console, shown
+from dlinfra.testbed.local import LocalTestbed
 from dlinfra.text import excerpt
 
 #: The most hosts one testbed may have: each is a network namespace with its own sshd on this machine.
@@ -77,8 +78,6 @@ Examples:
 )
 def up(local: bool, hosts: int, name: str, subnet: str | None, inventory_out: Path | None) -> None:
     """Create HOSTS SSH hosts (idempotent: a second call restarts what is missing)."""
-    from dlinfra.testbed.local import LocalTestbed
-
     started = time.monotonic()
     st = LocalTestbed(name).up(hosts, subnet=subnet, inventory_out=inventory_out)
     console.print(
@@ -95,8 +94,6 @@ def up(local: bool, hosts: int, name: str, subnet: str | None, inventory_out: Pa
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(name: str, as_json: bool) -> None:
     """Show the testbed's hosts: namespace, sshd, SSH answering. Exit 1 when not fully up."""
-    from dlinfra.testbed.local import LocalTestbed
-
     info = LocalTestbed(name).status()
     if as_json:
         click.echo(json.dumps(info, indent=2))
@@ -128,8 +125,6 @@ def down(name: str, dry_run: bool) -> None:
     them), podman containers on the hosts, sshds, namespaces, veths, the bridge, the iptables rules
     commented dlinfra-testbed:NAME, and the state folder. Never this machine's own dockerd.
     """
-    from dlinfra.testbed.local import LocalTestbed
-
     removed = LocalTestbed(name).down(dry_run=dry_run)
     if not removed:
         console.print(f"testbed {name} was not up: nothing to remove")
@@ -148,8 +143,6 @@ def down(name: str, dry_run: bool) -> None:
 @NAME_OPTION
 def stop_host(host: str, name: str) -> None:
     """Kill every process of HOST (sshd, sessions, payload), as if it died."""
-    from dlinfra.testbed.local import LocalTestbed
-
     LocalTestbed(name).stop_host(host)
     console.print(f"host {host} stopped")
 
@@ -159,7 +152,5 @@ def stop_host(host: str, name: str) -> None:
 @NAME_OPTION
 def start_host(host: str, name: str) -> None:
     """Start HOST's sshd again after stop-host."""
-    from dlinfra.testbed.local import LocalTestbed
-
     LocalTestbed(name).start_host(host)
     console.print(f"host {host} started")

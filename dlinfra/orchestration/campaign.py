@@ -33,17 +33,16 @@ from dlinfra.cache import build_seconds
 from dlinfra.cancel import Cancelled, cancellable, start_helper
 from dlinfra.errors import DlinfraError, SpecError
 from dlinfra.images.wheelhouse import Wheelhouse, build_wheelhouse
-from dlinfra.inventory import InventoryHost, match_pattern
 from dlinfra.orchestration import datasets, shield
 from dlinfra.orchestration.cells import Cell, expand, plan, run_order
 from dlinfra.orchestration.deploy import deploy, verify_identities
 from dlinfra.orchestration.interference import Verdict, assess
 from dlinfra.orchestration.launch import CellRun, Launcher
-from dlinfra.orchestration.spec import CampaignSpec, RunInput
+from dlinfra.orchestration.plan import CampaignPlan, RunInput
+from dlinfra.orchestration.spec import CampaignSpec
 from dlinfra.orchestration.sweep import sweep_dead_runs
 from dlinfra.orchestration.testbed_facts import gather_facts, metadata_rows
 from dlinfra.providers.base import LayerSpec, Provider, Target
-from dlinfra.providers.registry import provider_for, provider_name, stacks_on
 from dlinfra.results.store import CONTAMINATED, CellOutcome, ResultsStore
 from dlinfra.runtime.progress import current_console, phase, say, use_console
 from dlinfra.runtime.runs_registry import set_campaign
@@ -195,65 +194,16 @@ def _tear_down(provider: Provider, name: str) -> None:
         say("  what is left of it: dlinfra sweep removes it")
 
 
-def _placeholders(
-    layer: str, hosts: list[InventoryHost], options: dict[str, Any], below: list[Target] | None
-) -> list[Target]:
-    """One stand-in target per host a failed layer would have used (its option ``hosts`` patterns honoured)."""
-    provider = provider_name(layer, options)
-    if below is not None:  # a stacked layer runs on the layer below's targets
-        return [
-            Target(layer, f"{layer}@{t.name}", t.physical_host, t.address, provider=provider, groups=list(t.groups))
-            for t in below
-        ]
-    patterns = options.get("hosts")
-    if isinstance(patterns, list) and all(isinstance(p, str) for p in patterns):
-        picked = [h for p in patterns for h in match_pattern(p, hosts, lambda h: {h.name, *h.groups})]
-        hosts = [h for h in hosts if h in picked]
-    per_host = provider_for(layer, options).targets_per_host(options)
-    return [
-        Target(layer, f"{layer}@{h.name}#{i}", h.name, h.address, provider=provider, groups=list(h.groups))
-        for h in hosts
-        for i in range(per_host)
-    ]
-
-
-def _carrying(spec: CampaignSpec, hosts: list[InventoryHost], inventory: Path, layer: str) -> list[InventoryHost]:
-    carrying = [h for h in hosts if layer in h.layers]
-    if not carrying:
-        raise SpecError(
-            f"{spec.path}: layers: no host of inventory {inventory} carries layer {layer}",
-            "list it in the hosts' dlinfra_layers",
-        )
-    return carrying
-
-
-def _layers_done(
-    spec: CampaignSpec, hosts: list[InventoryHost], inventory: Path, done: set[tuple[str, int]]
-) -> dict[str, list[Target]]:
+def _layers_done(plan: CampaignPlan, repeats: int, done: set[tuple[str, int]]) -> dict[str, list[Target]]:
     """Layers whose every cell x repeat is stored as ok already, with the stand-ins their cells were
     expanded on: ``--resume`` need not bring them up."""
-    stand_ins = _stand_ins(spec, hosts, inventory)
-    cells = expand(spec, stand_ins, unplaced=set(spec.layers))
-    stacked = _stacked_on(spec)
     finished = {
-        layer
-        for layer in spec.layers
-        if all((c.hash, r) in done for c in cells if c.layer == layer for r in range(spec.repeats))
+        lp.layer
+        for lp in plan.layers
+        if all((c.hash, r) in done for c in plan.cells if c.layer == lp.layer for r in range(repeats))
     }
-    needed = {below for above, below in stacked.items() if above not in finished}
-    return {layer: stand_ins[layer] for layer in finished - needed}
-
-
-def _stacked_on(spec: CampaignSpec) -> dict[str, str]:
-    """Layer -> the layer it runs on, as each layer's provider says (ctr-vm -> vm)."""
-    found = {layer: stacks_on(layer, spec.layer_options.get(layer)) for layer in spec.layers}
-    return {layer: below for layer, below in found.items() if below}
-
-
-def _bring_up_order(spec: CampaignSpec) -> list[str]:
-    """Spec order, a stacked layer after the layer it runs on."""
-    stacked = _stacked_on(spec)
-    return sorted(spec.layers, key=lambda layer: layer in stacked)
+    needed = {lp.stacks_on for lp in plan.layers if lp.stacks_on and lp.layer not in finished}
+    return {lp.layer: list(lp.stand_ins) for lp in plan.layers if lp.layer in finished - needed}
 
 
 #: How long a cancelled bring-up waits for the layers still coming up to stop before taking down the rest.
@@ -261,9 +211,7 @@ CANCEL_WAIT_S = 60.0
 
 
 def bring_up(
-    spec: CampaignSpec,
-    hosts: list[InventoryHost],
-    inventory: Path,
+    checked: RunInput,
     artifacts: Path,
     wheelhouse: Wheelhouse | None = None,
     skip: dict[str, list[Target]] | None = None,
@@ -278,8 +226,9 @@ def bring_up(
     same targets when the campaign measures both; when that layer failed, so does the stacked one. Layers in
     ``skip`` (nothing left to run) keep the stand-ins given there. A bad spec (SpecError) or Ctrl-C cancels the
     layers still coming up (their playbooks and waits stop), takes down what is up and stops the campaign.
+    What comes up where, on which provider, is the checked input's plan: nothing here asks the registry.
     """
-    return _BringUp(spec, hosts, inventory, artifacts, wheelhouse, skip or {}, on_up).run()
+    return _BringUp(checked, artifacts, wheelhouse, skip or {}, on_up).run()
 
 
 class _BringUp:
@@ -287,36 +236,35 @@ class _BringUp:
 
     def __init__(
         self,
-        spec: CampaignSpec,
-        hosts: list[InventoryHost],
-        inventory: Path,
+        checked: RunInput,
         artifacts: Path,
         wheelhouse: Wheelhouse | None,
         skip: dict[str, list[Target]],
         on_up: Callable[[str, list[Target]], None] | None,
     ) -> None:
-        self.spec, self.hosts, self.inventory, self.artifacts = spec, hosts, inventory, artifacts
-        self.wheelhouse, self.skip, self.on_up = wheelhouse, skip, on_up
+        self.spec, self.plan, self.inventory = checked.spec, checked.plan, checked.inventory_path
+        self.artifacts, self.wheelhouse, self.skip, self.on_up = artifacts, wheelhouse, skip, on_up
         self.up = BroughtUp()
-        self.stacked = _stacked_on(spec)
         self.most_processes: dict[str, int] = {}  # a provider that publishes ports at bring-up publishes enough
-        for cell in _planned(spec, hosts, inventory):
+        for cell in self.plan.cells:
             self.most_processes[cell.layer] = max(self.most_processes.get(cell.layer, 1), cell.processes)
         self.stop = threading.Event()
         self.lock = threading.Lock()
 
     def run(self) -> BroughtUp:
-        """Start the layers that stack on none, each stacked one when its base is up; in the spec's order."""
-        order = _bring_up_order(self.spec)
+        """Start the layers whose base is not measured (none, or one the layer brings up underneath itself: ctr-vm
+        with ``--layer ctr-vm``), each stacked one when its measured base is up; in the spec's order."""
+        order = self.plan.order
         pool = ThreadPoolExecutor(max_workers=len(order), thread_name_prefix="dlinfra-up")
-        running = {pool.submit(self.layer, layer): layer for layer in order if layer not in self.stacked}
+        first = [lp.layer for lp in self.plan.layers if lp.stacks_on not in order]
+        running = {pool.submit(self.layer, layer): layer for layer in first}
         try:
             while running:
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
                     layer = running.pop(future)
                     future.result()  # a SpecError or a worker's cancellation stops the campaign here
-                    for above in (a for a in order if self.stacked.get(a) == layer):
+                    for above in self.plan.layer(layer).stacked:
                         running[pool.submit(self.layer, above)] = above
         except BaseException:
             self.stop.set()  # the layers still coming up stop (their playbooks are cancelled, their waits end)
@@ -336,31 +284,30 @@ class _BringUp:
 
     def layer(self, layer: str) -> None:
         """Bring ``layer`` up (on a worker thread); record its targets, or why it has none."""
-        up, spec = self.up, self.spec
-        carrying = _carrying(spec, self.hosts, self.inventory, layer)
-        options = spec.layer_options.get(layer, {})
-        base = self.stacked.get(layer)
+        up, lp = self.up, self.plan.layer(layer)
+        carrying, base = list(lp.carrying), lp.stacks_on
         if layer in self.skip:
             up.placeholders[layer] = self.skip[layer]
             say(f"  {layer}: every cell is stored already, not brought up")
             return
         if base in up.failures:
             up.failures[layer] = LayerFailure(layer, f"{base} bring-up", f"layer {base} did not come up")
-            up.placeholders[layer] = _placeholders(layer, carrying, options, up.placeholders.get(base))
+            up.placeholders[layer] = list(lp.stand_ins)
             say(f"[red]✗ {layer}: skipped[/red], it runs on layer {base}, which did not come up")
             return
-        provider = provider_for(layer, options)(layer)
+        provider = lp.provider(layer)
         layer_spec = LayerSpec(
             layer,
             carrying,
             self.inventory,
-            options,
+            lp.options,
             self.artifacts / layer,
             below=up.targets.get(base) if base else None,
-            below_options=spec.layer_options.get(base, {}) if base else {},
+            below_options=self.spec.layer_options.get(base, {}) if base else {},
+            below_provider=lp.base_provider,
             wheelhouse=self.wheelhouse,
-            stacked=[above for above, on in self.stacked.items() if on == layer],
-            datasets=bool(spec.datasets),
+            stacked=list(lp.stacked),
+            datasets=bool(self.spec.datasets),
             processes_per_cell=self.most_processes.get(layer, 1),
         )
         with self.lock:
@@ -375,7 +322,7 @@ class _BringUp:
             raise  # the main thread takes everything down
         except Exception as exc:  # noqa: BLE001 - any failure of one layer must leave the others running
             up.failures[layer] = LayerFailure(layer, "bring-up", _one_line(exc))
-            up.placeholders[layer] = _placeholders(layer, carrying, options, None)
+            up.placeholders[layer] = list(lp.stand_ins)  # as the dry run and --resume expand its cells
             with self.lock:
                 up.providers.remove(provider)
             _tear_down(provider, f"{layer}: clean up after the failed bring-up")
@@ -390,26 +337,8 @@ class _BringUp:
 
 
 def planned_cells(checked: RunInput) -> list[Cell]:
-    """The cells a run would run, from the spec and inventory alone (``dlinfra run --dry-run``)."""
-    return _planned(checked.spec, checked.hosts, checked.inventory_path)
-
-
-def _planned(spec: CampaignSpec, hosts: list[InventoryHost], inventory: Path) -> list[Cell]:
-    """The cells, expanded on every layer's stand-ins: exactly the run's cells and configs."""
-    stand_ins = _stand_ins(spec, hosts, inventory)
-    return expand(spec, stand_ins, unplaced=set(stand_ins))
-
-
-def _stand_ins(spec: CampaignSpec, hosts: list[InventoryHost], inventory: Path) -> dict[str, list[Target]]:
-    """Per layer, the stand-in targets a failed layer gets (one per host it would use, a stacked layer's on its
-    base layer's): nothing is built or provisioned."""
-    stacked = _stacked_on(spec)
-    stand_ins: dict[str, list[Target]] = {}
-    for layer in _bring_up_order(spec):
-        carrying = _carrying(spec, hosts, inventory, layer)
-        below = stand_ins.get(stacked[layer]) if layer in stacked else None
-        stand_ins[layer] = _placeholders(layer, carrying, spec.layer_options.get(layer, {}), below)
-    return stand_ins
+    """The cells a run would run, from the spec and inventory alone (``dlinfra run --dry-run``): the plan's."""
+    return list(checked.plan.cells)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -435,7 +364,7 @@ def run_campaign(
     console: Console | None = None,
     quiet: bool = False,
 ) -> CampaignResult:
-    """Run (or resume) a campaign whose input :func:`~dlinfra.orchestration.spec.preflight` checked;
+    """Run (or resume) a campaign whose input :func:`~dlinfra.orchestration.plan.preflight` checked and planned;
     every cell x repeat is stored as soon as it ends.
 
     A layer that cannot come up (or be deployed to) fails its own cells, stored
@@ -444,14 +373,14 @@ def run_campaign(
     """
     console = console or Console(stderr=True)
     use_console(None if quiet else console)
-    spec, inventory_path, hosts = checked.spec, checked.inventory_path, checked.hosts
+    spec, inventory_path = checked.spec, checked.inventory_path
     cid = _resolve_campaign_id(store, spec, campaign_id, resume)
     set_campaign(cid)  # every run label a provider claims from now on says whose it is (dlinfra sweep --campaign)
     record_campaign(store, cid, spec)  # now: a controller killed during bring-up leaves one to resume
     say(f"campaign [bold]{cid}[/bold]: layers {', '.join(spec.layers)}; inventory {inventory_path}")
     artifacts = (Path(artifacts) if artifacts else Path("artifacts") / cid).resolve()  # playbooks run elsewhere
     done = store.done_cells(cid) if resume else set()
-    skip = _layers_done(spec, hosts, inventory_path, done) if resume else {}
+    skip = _layers_done(checked.plan, spec.repeats, done) if resume else {}
     sweep_dead_runs(current_console())  # what crashed runs left (a --resume's own crash too) goes first
     started = time.monotonic()
     with phase("wheelhouse"):
@@ -460,7 +389,7 @@ def run_campaign(
     launcher = Launcher(cid, peer_timeout=spec.peer_timeout, settings=spec.settings(), datasets=built)
     deploys = LayerDeploys(spec, done, wheelhouse, artifacts, skip_deploy, built, connect=launcher.connect)
     try:
-        up = bring_up(spec, hosts, inventory_path, artifacts, wheelhouse, skip, on_up=deploys)
+        up = bring_up(checked, artifacts, wheelhouse, skip, on_up=deploys)
         try:  # whatever happens next (Ctrl-C, a bad cell), what bring_up made is removed
             result = _measure(spec, store, cid, artifacts, up, deploys, done, launcher)
         finally:

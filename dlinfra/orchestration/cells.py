@@ -29,7 +29,6 @@ from dlinfra.orchestration.datasets import dataset_of
 from dlinfra.orchestration.spec import CampaignSpec, WorkloadSpec, matrix_points
 from dlinfra.payload.cpuset import split_cpuset
 from dlinfra.payload.workloads import WORKLOADS
-from dlinfra.providers.registry import provider_name
 from dlinfra.record import config_hash
 from dlinfra.target import Target
 
@@ -131,7 +130,7 @@ def expand(
     seen: set[str] = set()
     for layer in spec.layers if only is None else [only]:
         layer_targets = targets_by_layer.get(layer, [])
-        provider = provider_name(layer, spec.layer_options.get(layer))
+        provider = spec.providers[layer].name  # as load_spec resolved it: no registry lookup per expansion
         for workload in spec.workloads:
             if workload.layers is not None and layer not in workload.layers:
                 continue

@@ -348,6 +348,7 @@ def ship(
 ) -> int:
     """Ship what ``targets`` read to their holders (playbooks/dataset.yml, role ``dataset``), then check every
     target's copy; returns the tasks Ansible changed (0 where every holder had every set already)."""
+    # deferred: pulls ansible-runner; orchestration.spec imports this module, and 'dlinfra --help' imports spec
     from dlinfra.runtime.ansible import new_ident, run_playbook
 
     targets = [t for t in targets if wanted.get(t.name)]

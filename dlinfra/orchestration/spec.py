@@ -32,7 +32,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dlinfra import safe_yaml
 from dlinfra.errors import SpecError
@@ -40,11 +40,12 @@ from dlinfra.layers import LAYERS
 from dlinfra.orchestration import datasets as ds
 from dlinfra.orchestration.interference import DEFAULT_MAX_FOREIGN_SHARE, MAX_FOREIGN_SHARE_ENV, InterferencePolicy
 from dlinfra.payload.params import MODES, PARAM, PARAMS, Param
+from dlinfra.payload.workloads import WORKLOADS
+from dlinfra.providers.base import Provider
+from dlinfra.providers.registry import provider_for, provider_name
 from dlinfra.safe_yaml import dotted
+from dlinfra.testbed.local import testbed_inventory
 from dlinfra.text import excerpt, plain
-
-if TYPE_CHECKING:
-    from dlinfra.inventory import InventoryHost
 
 #: Workload parameters set for the whole campaign (docs/payload.md, "Parameters").
 CAMPAIGN_PARAMS = tuple(p for p in PARAMS if p.campaign)
@@ -188,6 +189,18 @@ class AdaptiveRepeats:
         return f"repeats until every CI half-width <= {self.ci_pct:g}% (min {self.min}, max {self.max})"
 
 
+@dataclass(frozen=True)
+class LayerProvider:
+    """A layer's provider as the registry named it, looked up once: :func:`load_spec` validates the layer's
+    options against it, and the run (:mod:`dlinfra.orchestration.plan`) takes it from here."""
+
+    #: Its name in the registry (``layer_options.LAYER.provider``, else the layer's default): what cells record.
+    name: str
+    cls: type[Provider]
+    #: The layer whose targets it runs on (ctr-vm: vm), or None.
+    stacks_on: str | None
+
+
 @dataclass
 class CampaignSpec:
     path: Path
@@ -221,6 +234,9 @@ class CampaignSpec:
     adaptive: AdaptiveRepeats | None = None
     #: ``shield:``: the bare-metal hosts prepared for measurement while the campaign measures (None: not).
     shield: ShieldOptions | None = None
+    #: Each layer's provider, looked up once by :func:`load_spec` (the spec's layers, those only ``layer_options``
+    #: names, and the base a stacked layer brings up itself): the run reads it here, never the registry again.
+    providers: dict[str, LayerProvider] = field(default_factory=dict)
 
     @property
     def warmup_steps(self) -> int:
@@ -244,8 +260,6 @@ class CampaignSpec:
         if not value:
             raise SpecError(f"{self.path}: field 'inventory' is missing", "add it, or pass --inventory")
         if value.startswith("testbed:"):
-            from dlinfra.testbed.local import testbed_inventory
-
             return testbed_inventory(value.split(":", 1)[1])
         path = Path(value).expanduser()
         if not path.is_absolute() and not override:
@@ -338,14 +352,10 @@ class _Checker:
 
 
 def _workload_ids() -> dict[str, str]:
-    from dlinfra.payload.workloads import WORKLOADS
-
     return {name: w.kind for name, w in WORKLOADS.items()}
 
 
 def _workload_modes(name: str) -> tuple[str, ...]:
-    from dlinfra.payload.workloads import WORKLOADS
-
     return WORKLOADS[name].run_modes
 
 
@@ -543,8 +553,6 @@ def _reads_dataset(
 ) -> None:
     """A data set is read as its kind says (JPEG folders by the image models, MNIST by the MNIST models): only a
     workload that reads that kind can take it."""
-    from dlinfra.payload.workloads import WORKLOADS
-
     reads = WORKLOADS[workload].data_kind
     for name in filter(None, (ds.dataset_of(v) for v in values)):
         kind = check.datasets[name].kind if name in check.datasets else None
@@ -1028,11 +1036,10 @@ def _bounds(check: _Checker, value: Any, where: tuple[Any, ...], keys: tuple[str
 
 def _check_providers(check: _Checker, spec: CampaignSpec) -> None:
     """Each layer's provider is installed, provides it, and accepts its options: before anything is built.
+    Each is kept in ``spec.providers``: the one registry lookup of a run (its plan and cells read it there).
 
     A stacked layer whose base layer is not measured brings that layer up itself: its options are checked too.
     """
-    from dlinfra.providers.registry import provider_for
-
     layers = list(dict.fromkeys([*spec.layers, *spec.layer_options]))
     for layer in layers:
         options = spec.layer_options.get(layer, {})
@@ -1045,6 +1052,7 @@ def _check_providers(check: _Checker, spec: CampaignSpec) -> None:
         origin = f"{plain(check.path, 200, tail=True)} --set {given[-1]}" if given else check.origin(at)
         cls.validate(layer, options, f"{origin}: {dotted(at)}")
         below = cls.layers[layer]
+        spec.providers[layer] = LayerProvider(provider_name(layer, options), cls, below)
         if below is not None and below not in layers:
             layers.append(below)
 
@@ -1060,48 +1068,3 @@ def select_layers(spec: CampaignSpec, only: list[str] | None) -> None:
             f"its layers: {', '.join(spec.layers)}",
         )
     spec.layers = [layer for layer in spec.layers if layer in only]
-
-
-CAMPAIGN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
-
-
-@dataclass
-class RunInput:
-    """A campaign's input, checked: the spec (``--layer`` applied), its inventory and that inventory's hosts."""
-
-    spec: CampaignSpec
-    inventory_path: Path
-    hosts: list[InventoryHost]
-
-
-def preflight(
-    path: str | Path,
-    *,
-    layers: list[str] | None = None,
-    inventory: str | None = None,
-    campaign_id: str | None = None,
-    overrides: Sequence[str] = (),
-    allow_inventory_code: bool = False,
-    dry_run: bool = False,
-) -> RunInput:
-    """Everything ``dlinfra run`` can check before it touches anything: the spec, --layer, --campaign-id and
-    the inventory (read through Ansible, as the run will). An inventory that runs code is read only when the
-    user allowed it on the command line, and never by a dry run.
-
-    Why first: a run opens (creates) the results store, builds the wheelhouse and provisions; input that
-    is wrong must fail before any of that leaves a trace on disk. The run then uses what this read.
-    """
-    spec = load_spec(path, overrides)
-    select_layers(spec, layers)
-    if campaign_id is not None and not CAMPAIGN_ID_RE.fullmatch(campaign_id):
-        raise SpecError(
-            f"--campaign-id {excerpt(campaign_id)} is not valid", "use 1-128 letters, digits, '.', '_', '-'"
-        )
-    if inventory is not None and (len(inventory) > MAX_TEXT or not inventory.isprintable()):
-        raise SpecError(f"--inventory {excerpt(inventory)} is not a path or testbed:NAME")
-    from dlinfra.inventory import check_resolvable, load_inventory
-
-    inventory_path = spec.inventory_path(inventory)
-    hosts = load_inventory(inventory_path, allow_code=allow_inventory_code and not dry_run)
-    check_resolvable(hosts, str(inventory_path))  # a typo'd address is bad input, not a layer failure
-    return RunInput(spec, inventory_path, hosts)

@@ -28,6 +28,7 @@ from rich.console import Console
 
 from dlinfra.errors import DlinfraError
 from dlinfra.orchestration import process_groups, shield
+from dlinfra.providers.registry import provider_class, provider_names
 from dlinfra.runtime.orphans import orphaned_playbooks, stop_orphaned_playbooks
 from dlinfra.runtime.runs_registry import (
     being_swept,
@@ -39,6 +40,8 @@ from dlinfra.runtime.runs_registry import (
     take_over,
 )
 from dlinfra.runtime.sweep_report import SweepReport
+from dlinfra.testbed.dockerd import state_base
+from dlinfra.testbed.local import LocalTestbed, all_testbeds
 from dlinfra.transport import SshEndpoint, SshTransport
 
 if TYPE_CHECKING:
@@ -108,8 +111,6 @@ def sweep_dead_runs(console: Console | None = None) -> SweepReport:
 def _sweepers() -> list[type[Provider]]:
     """Every installed provider class once (docker and podman share one sweep), stacked-capable ones first:
     containers inside guests go before the guests."""
-    from dlinfra.providers.registry import provider_class, provider_names
-
     classes: list[type[Provider]] = []
     for name in provider_names():
         try:
@@ -205,9 +206,6 @@ def _discover(only: str | None = None) -> dict[str, list[dict[str, Any]]]:
 # ------------------------------------------------------------------ testbeds
 def _sweep_testbeds(report: SweepReport, only: str | None = None) -> None:
     """Every local testbed on this machine (or the one named ``only``), with or without a state file."""
-    from dlinfra.testbed.dockerd import state_base
-    from dlinfra.testbed.local import LocalTestbed, all_testbeds
-
     names = {st.name for st in all_testbeds()}
     candidates = [p.name for p in Path("/run/netns").iterdir()] if Path("/run/netns").is_dir() else []
     run_base, lib_base = state_base()

@@ -35,17 +35,42 @@ def pin(text: str | None) -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
+#: Where a process's usable CPUs are read, first non-empty wins: its cgroup's cpuset under cgroup v2 (``{v2}``: the
+#: path of the ``0::`` line of /proc/self/cgroup), under cgroup v1 (``{v1}``: the ``cpuset`` line's path), the v1
+#: cpuset mount's own root (inside a container that shares the host's cgroup namespace, the container's cgroup),
+#: else every online CPU. A container's ``--cpuset-cpus`` shows in the first three; an offline CPU is a gap in all.
+CPU_SOURCES = (
+    "/sys/fs/cgroup{v2}/cpuset.cpus.effective",
+    "/sys/fs/cgroup/cpuset{v1}/cpuset.effective_cpus",
+    "/sys/fs/cgroup/cpuset/cpuset.effective_cpus",
+    "/sys/devices/system/cpu/online",
+)
+#: The same rule in POSIX sh, for a host the payload is not installed on yet (the ssh provider reads it as a
+#: fact at bring-up); tests/foundation/test_cpu_sources.py checks that both agree in a restricted cgroup.
+USABLE_CPUS_SH = (
+    "v2=$(sed -n 's/^0:://p' /proc/self/cgroup); "
+    r"v1=$(sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}cpuset\(,[^:]*\)\{0,1\}://p' /proc/self/cgroup); cpus=; for f in "
+    + " ".join(f'"{path.replace("{v2}", "${v2%/}").replace("{v1}", "${v1%/}")}"' for path in CPU_SOURCES)
+    + '; do cpus=$(cat "$f" 2>/dev/null) && [ -n "$cpus" ] && break; done; echo "$cpus"'
+)
+
+
 def usable_cpus() -> set[int]:
-    """The CPUs this process may be pinned to: its cgroup's cpuset (a container's ``--cpuset-cpus``), else every
-    online CPU. Not its current affinity: a shield (role measurement_shield) keeps every other task, the sshd
-    that starts the payload included, off the measured CPUs, and the payload must still pin itself there."""
+    """The CPUs this process may be pinned to (:data:`CPU_SOURCES`): its cgroup's cpuset, else every online CPU.
+    Not its current affinity: a shield (role measurement_shield) keeps every other task, the sshd that starts the
+    payload included, off the measured CPUs, and the payload must still pin itself there."""
+    paths = {"v2": "", "v1": ""}
     for line in _read("/proc/self/cgroup").splitlines():
-        if line.startswith("0::"):
-            text = _read(f"/sys/fs/cgroup/{line[3:].strip().lstrip('/')}/cpuset.cpus.effective".replace("//", "/"))
-            if text.strip():
-                return set(parse_cpuset(text.strip()))
-    online = _read("/sys/devices/system/cpu/online").strip()
-    return set(parse_cpuset(online)) if online else set(os.sched_getaffinity(0))
+        number, controllers, path = [*line.split(":", 2), "", ""][:3]
+        if number == "0" and not controllers:
+            paths["v2"] = path.strip().rstrip("/")
+        elif "cpuset" in controllers.split(","):
+            paths["v1"] = path.strip().rstrip("/")
+    for source in CPU_SOURCES:
+        text = _read(source.format(**paths)).strip()
+        if text:
+            return set(parse_cpuset(text))
+    return set(os.sched_getaffinity(0))
 
 
 def _read(path: str) -> str:

@@ -138,14 +138,14 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "identity":
-        from dlinfra.payload.identity import identity
+        from dlinfra.payload.identity import identity  # deferred: pulls psutil; 'data-hash' starts without it
 
         print(json.dumps(identity(), sort_keys=True))
         return 0
     if args.command == "data-hash":  # the controller checks a shipped data set with it, like the payload hash
         from pathlib import Path
 
-        from dlinfra.payload.data import content_hash
+        from dlinfra.payload.data import content_hash  # deferred: pulls NumPy; 'identity' starts without it
 
         found = {f: content_hash(Path(f)) if Path(f).is_dir() else None for f in args.folders}
         print(json.dumps({"data_hashes": found}, sort_keys=True))
@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     record_out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    # deferred: NumPy, psutil and the run's modules load only for 'run', after its flags are parsed
     from dlinfra.payload.run import execute
 
     return execute(args, record_out)

@@ -18,7 +18,7 @@ from dlinfra.payload.data import DataSet
 from dlinfra.payload.errors import PayloadError
 from dlinfra.payload.identity import cpu_set
 from dlinfra.payload.measure import mark_ready
-from dlinfra.payload.workloads import Workload
+from dlinfra.payload.workloads import Workload, kernels
 
 log = logging.getLogger("dlinfra.payload")
 
@@ -123,8 +123,6 @@ def _finish_extra(run: Any, plan: training.TrainPlan) -> None:
 
 
 def _kernel(run: Any, w: Workload) -> None:
-    from dlinfra.payload.workloads import kernels
-
     a = run.args
     run.devices = _devices()
     kernel = kernels.build(w.name, a.size or w.size, a.cell, a.stride)
@@ -206,8 +204,6 @@ def _sync(run: Any, w: Workload, dataset: DataSet | None) -> None:
 def _allreduce(run: Any, w: Workload) -> None:
     """DeepBench's all-reduce across the sync workers (MultiWorkerMirroredStrategy's collective ops, the ring
     on CPUs): time and bandwidth per message size; every worker records its own figures."""
-    from dlinfra.payload.workloads import kernels
-
     a = run.args
     with _sync_workers(run) as strategy:
         sizes = kernels.message_sizes(a.size or w.size)

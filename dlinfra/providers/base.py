@@ -55,9 +55,11 @@ class LayerSpec:
     options: dict[str, Any] = field(default_factory=dict)
     artifacts_dir: Path | None = None
     #: For a stacked layer (ctr-vm): the targets of the layer it runs on (vm), when the campaign brought
-    #: them up already; else None, and the layer brings its own up with ``below_options``.
+    #: them up already; else None, and the layer brings its own up with ``below_provider`` (the provider the
+    #: campaign resolved for that layer when it checked the spec) and ``below_options``.
     below: list[Target] | None = None
     below_options: dict[str, Any] = field(default_factory=dict)
+    below_provider: type[Provider] | None = None
     #: The campaign's wheelhouse (one build for every layer and the deploy, so all carry the same
     #: payload hash); None: the provider builds it.
     wheelhouse: Any = None

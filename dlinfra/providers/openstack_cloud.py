@@ -16,6 +16,7 @@ from typing import Any
 
 from dlinfra import secrets
 from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.runtime.ansible import LOCAL_HOST, new_ident, run_playbook
 
 #: Put first on PYTHONPATH for the playbooks: its sitecustomize works around openstack.cloud + openstacksdk 4.
 SDK_COMPAT = Path(__file__).resolve().parent / "ironic" / "sdk_compat"
@@ -92,8 +93,6 @@ def run_cloud_playbook(
 ) -> None:
     """Run ``playbooks/providers/PROVIDER/BOOK`` here (``connection: local``, this Python, which has
     openstacksdk) with ``PROVIDER_cloud`` set; a failed task is one TargetError naming it."""
-    from dlinfra.runtime.ansible import LOCAL_HOST, new_ident, run_playbook
-
     with playbook_env(clouds_yaml):
         result = run_playbook(
             f"providers/{provider}/{book}",

@@ -44,6 +44,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from dlinfra import cancel, secrets
 from dlinfra.cache import add_build
 from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.inventory import load_inventory
 from dlinfra.runtime.orphans import CAMPAIGN_ENV, CONTROLLER_ENV, controller_mark, stop_playbook
 from dlinfra.runtime.progress import note
 from dlinfra.runtime.runs_registry import current_campaign
@@ -254,8 +255,6 @@ def _register_secrets(
     secrets.register_obj(dict(extravars or {}))
     secrets.register_host_vars(hostvars)
     if inventory is not None:
-        from dlinfra.inventory import load_inventory
-
         try:
             secrets.register_host_vars(h.vars for h in load_inventory(inventory))
         except DlinfraError:

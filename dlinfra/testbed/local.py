@@ -34,9 +34,11 @@ from typing import Any
 import yaml
 
 from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.payload.affinity import usable_cpus
 from dlinfra.payload.cpuset import format_cpuset
 from dlinfra.runtime.wait import WaitTimedOut, wait_for
 from dlinfra.safe_yaml import read_text
+from dlinfra.testbed import dockerd
 from dlinfra.text import plain
 from dlinfra.transport.ssh import ansible_ssh_common_args
 
@@ -136,7 +138,9 @@ def _short_id(name: str) -> str:
 
 
 def _cpu_list() -> str:
-    return format_cpuset(os.sched_getaffinity(0))
+    """The CPUs the testbed's hosts (slices of this machine) may use: by the rule the ssh provider and the payload
+    read on any host."""
+    return format_cpuset(usable_cpus())
 
 
 def _used_networks() -> list[ipaddress.IPv4Network]:
@@ -486,10 +490,8 @@ class LocalTestbed:
                 note("links", veth)
                 if not dry_run:
                     _run(["ip", "link", "del", veth], check=False)
-        from dlinfra.testbed.dockerd import remove_dockerd_state
-
         for paths in daemons_state:
-            for kind, items in remove_dockerd_state(paths, dry_run=dry_run).items():
+            for kind, items in dockerd.remove_dockerd_state(paths, dry_run=dry_run).items():
                 note(kind, *items)
         rules = self._our_rules(st)
         note("iptables rules", *(" ".join(rule) for rule in rules))
@@ -564,8 +566,6 @@ class LocalTestbed:
     @staticmethod
     def _stop_dockerd(paths: Any, pid: int | None, note: Any, dry_run: bool) -> None:
         """Remove every container of a per-host dockerd (all of them are the testbed's), then stop it."""
-        from dlinfra.testbed import dockerd
-
         if dockerd.answers(paths.socket):
             client = ["docker", "--host", f"unix://{paths.socket}"]
             names = _run([*client, "ps", "-a", "--format", "{{.Names}}"], check=False).stdout.split()
@@ -603,15 +603,11 @@ def _kill_netns(netns: str) -> None:
 
 def _daemon_bases() -> tuple[Path, Path]:
     """Where per-namespace dockerds keep runtime files and data (``/run/dlinfra``, ``/var/lib/dlinfra``)."""
-    from dlinfra.testbed.dockerd import state_base
-
-    return state_base()
+    return dockerd.state_base()
 
 
 def _testbed_dockerds(netns: str) -> list[tuple[Any, int | None]]:
     """The dockerds of one testbed host: at the usual paths, and any dockerd running inside its namespace."""
-    from dlinfra.testbed import dockerd
-
     found: dict[str, tuple[Any, int | None]] = {}
     usual = dockerd.dockerd_paths(netns)
     found[usual.socket] = (usual, dockerd.pid_of(usual.pidfile))

@@ -85,6 +85,28 @@ def test_no_module_uses_another_packages_private_names() -> None:
     assert not found, "private names used across packages:\n" + "\n".join(sorted(set(found)))
 
 
+def test_every_function_local_dlinfra_import_says_why() -> None:
+    """A dlinfra import inside a function has a comment on its line or the line above saying why it is not at the
+    top: an optional heavy dependency, an import cycle or the CLI's start-up time. Otherwise it belongs at the top."""
+    found = set()
+    for path in sorted((REPO / "dlinfra").rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for function in ast.walk(ast.parse("\n".join(lines), str(path))):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import):
+                    ours = any(a.name.split(".")[0] == "dlinfra" for a in node.names)
+                elif isinstance(node, ast.ImportFrom):
+                    ours = bool(node.level) or (node.module or "").split(".")[0] == "dlinfra"
+                else:
+                    continue
+                above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+                if ours and "#" not in lines[node.lineno - 1] and not above.startswith("#"):
+                    found.add(f"{path.relative_to(REPO)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert not found, "dlinfra imports inside a function without a comment saying why:\n" + "\n".join(sorted(found))
+
+
 def test_the_levels_name_every_package_once() -> None:
     named = [p for level in LEVELS for p in level]
     assert len(named) == len(set(named))

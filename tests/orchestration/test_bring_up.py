@@ -18,13 +18,15 @@ from dlinfra import cancel
 from dlinfra.errors import SpecError
 from dlinfra.inventory import InventoryHost
 from dlinfra.orchestration import campaign
-from dlinfra.orchestration.spec import load_spec
+from dlinfra.orchestration import spec as spec_module
+from dlinfra.orchestration.plan import RunInput, build_plan
+from dlinfra.orchestration.spec import CampaignSpec, load_spec
 from dlinfra.providers.base import LayerSpec, Provider, Target
 
 HOSTS = [InventoryHost("h1", "10.0.0.1", [], {"dlinfra_layers": ["bm", "ctr", "vm", "ctr-vm"]})]
 
 
-def _spec(tmp_path: Path, layers: str) -> object:
+def _spec(tmp_path: Path, layers: str) -> CampaignSpec:
     path = tmp_path / "c.yml"
     path.write_text(
         f"name: c\ninventory: hosts.yml\nlayers: {layers}\nsteps: 3\nwarmup_steps: 1\n"
@@ -32,6 +34,12 @@ def _spec(tmp_path: Path, layers: str) -> object:
     )
     (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    h1: {ansible_host: 10.0.0.1}\n")
     return load_spec(path)
+
+
+def _checked(tmp_path: Path, layers: str) -> RunInput:
+    """The checked input of a campaign of ``layers`` on HOSTS, planned as preflight plans it."""
+    spec = _spec(tmp_path, layers)
+    return RunInput(spec, tmp_path / "hosts.yml", HOSTS, build_plan(spec, HOSTS, tmp_path / "hosts.yml"))
 
 
 def _stand_ins(
@@ -55,14 +63,14 @@ def _stand_ins(
             delete(self.layer)
             log.setdefault(self.layer, []).append("down")
 
-    monkeypatch.setattr(campaign, "provider_for", lambda layer, options=None: StandIn)
+    monkeypatch.setattr(spec_module, "provider_for", lambda layer, options=None: StandIn)  # the one lookup
     return log
 
 
 def test_independent_layers_come_up_at_the_same_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     both = threading.Barrier(2, timeout=20)  # broken (BrokenBarrierError) if one layer waited for the other
     log = _stand_ins(monkeypatch, lambda layer: both.wait())
-    up = campaign.bring_up(_spec(tmp_path, "[vm, ctr]"), HOSTS, tmp_path / "hosts.yml", tmp_path / "art")
+    up = campaign.bring_up(_checked(tmp_path, "[vm, ctr]"), tmp_path / "art")
     assert not up.failures, up.failures
     assert list(up.targets) == ["vm", "ctr"], "the spec's order, whichever came up first"
     assert all(entries[-1].startswith("created") for entries in log.values())
@@ -72,12 +80,46 @@ def test_independent_layers_come_up_at_the_same_time(tmp_path: Path, monkeypatch
 
 def test_a_stacked_layer_starts_after_its_base_is_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = _stand_ins(monkeypatch, lambda layer: time.sleep(0.3 if layer == "vm" else 0))
-    up = campaign.bring_up(_spec(tmp_path, "[ctr-vm, vm]"), HOSTS, tmp_path / "hosts.yml", tmp_path / "art")
+    up = campaign.bring_up(_checked(tmp_path, "[ctr-vm, vm]"), tmp_path / "art")
     assert list(up.targets) == ["vm", "ctr-vm"]
     vm_created = float(log["vm"][1].split()[1])
     assert float(log["ctr-vm"][0].split()[1]) >= vm_created, log
     up.down()
     assert log["ctr-vm"][-1] == "down" and log["vm"][-1] == "down"
+
+
+def test_a_stacked_layer_whose_base_is_not_measured_brings_its_base_up_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--layer ctr-vm``: no vm layer to wait for; ctr-vm comes up, given no guests and the vm provider to make
+    them with (it used to wait for a vm layer that never came, and measured nothing)."""
+    given: list[LayerSpec] = []
+    _stand_ins(monkeypatch, lambda layer: None)
+    checked = _checked(tmp_path, "[vm, ctr-vm]")
+    spec_module.select_layers(checked.spec, ["ctr-vm"])
+    checked.plan = build_plan(checked.spec, HOSTS, checked.inventory_path)
+    monkeypatch.setattr(checked.plan.layer("ctr-vm").provider, "up", lambda self, ls: given.append(ls) or [])
+    up = campaign.bring_up(checked, tmp_path / "art")
+    assert not up.failures and list(up.targets) == ["ctr-vm"], (up.failures, up.targets)
+    assert given[0].below is None and given[0].below_provider is checked.plan.layer("ctr-vm").base_provider
+    up.down()
+
+
+def test_a_failed_stacked_layer_keeps_the_stand_ins_its_cells_were_planned_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its cells keep the hashes that the dry run and --resume compute."""
+
+    def create(layer: str) -> None:
+        if layer == "ctr-vm":
+            raise RuntimeError("no engine in the guest")
+
+    _stand_ins(monkeypatch, create)
+    checked = _checked(tmp_path, "[vm, ctr-vm]")
+    up = campaign.bring_up(checked, tmp_path / "art")
+    assert "ctr-vm" in up.failures
+    assert up.placeholders["ctr-vm"] == list(checked.plan.layer("ctr-vm").stand_ins)
+    up.down()
 
 
 def test_layers_come_down_side_by_side_and_a_stacked_layer_before_its_base(
@@ -94,7 +136,7 @@ def test_layers_come_down_side_by_side_and_a_stacked_layer_before_its_base(
         order.append(layer)
 
     log = _stand_ins(monkeypatch, lambda layer: None, delete)
-    up = campaign.bring_up(_spec(tmp_path, "[ctr, vm, ctr-vm]"), HOSTS, tmp_path / "hosts.yml", tmp_path / "art")
+    up = campaign.bring_up(_checked(tmp_path, "[ctr, vm, ctr-vm]"), tmp_path / "art")
     up.down()
     assert all(log[layer][-1] == "down" for layer in ("ctr", "vm", "ctr-vm")), log
     assert order.index("ctr-vm") < order.index("vm"), order
@@ -120,7 +162,7 @@ def test_a_bad_layer_stops_the_others_and_everything_is_taken_down(
     log = _stand_ins(monkeypatch, create)
     started = time.monotonic()
     with pytest.raises(SpecError, match="spec problem"):
-        campaign.bring_up(_spec(tmp_path, "[vm, ctr]"), HOSTS, tmp_path / "hosts.yml", tmp_path / "art")
+        campaign.bring_up(_checked(tmp_path, "[vm, ctr]"), tmp_path / "art")
     assert time.monotonic() - started < 15, "the waiting layer was cancelled, not waited out"
     assert log["vm"][-1] == "down" and log["ctr"][-1] == "down", log
 
@@ -131,7 +173,7 @@ def test_a_layer_that_fails_leaves_the_other_up(tmp_path: Path, monkeypatch: pyt
             raise RuntimeError("no engine on h1")
 
     log = _stand_ins(monkeypatch, create)
-    up = campaign.bring_up(_spec(tmp_path, "[bm, ctr]"), HOSTS, tmp_path / "hosts.yml", tmp_path / "art")
+    up = campaign.bring_up(_checked(tmp_path, "[bm, ctr]"), tmp_path / "art")
     assert list(up.targets) == ["bm"] and "no engine on h1" in str(up.failures["ctr"])
     assert log["ctr"][-1] == "down" and log["bm"][-1].startswith("created")
     up.down()
@@ -152,8 +194,7 @@ def test_a_layer_is_deployed_while_the_others_still_come_up(tmp_path: Path, monk
         deployed.append(layer)
         assert [t.layer for t in targets] == [layer]
 
-    spec = _spec(tmp_path, "[bm, ctr, vm, ctr-vm]")
-    up = campaign.bring_up(spec, HOSTS, tmp_path / "hosts.yml", tmp_path / "art", on_up=on_up)
+    up = campaign.bring_up(_checked(tmp_path, "[bm, ctr, vm, ctr-vm]"), tmp_path / "art", on_up=on_up)
     assert not up.failures, up.failures
     assert sorted(deployed) == ["bm", "ctr", "ctr-vm", "vm"]
     assert deployed.index("vm") < deployed.index("ctr-vm")

@@ -25,7 +25,8 @@ from support import REPO
 
 from dlinfra.orchestration.campaign import planned_cells
 from dlinfra.orchestration.cells import Cell
-from dlinfra.orchestration.spec import load_spec, preflight
+from dlinfra.orchestration.plan import preflight
+from dlinfra.orchestration.spec import load_spec
 from dlinfra.report import seeds
 from dlinfra.report.frame import PS_KEYS, WORKER_KEYS, config_label, report_config
 from dlinfra.report.views import SCENARIO_KEYS

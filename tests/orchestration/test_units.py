@@ -202,7 +202,7 @@ def test_a_container_transport_runs_commands_in_its_container_and_maps_its_runs_
 def test_a_failed_layers_stand_ins_give_its_cells_the_hashes_they_have_when_it_comes_up(tmp_path: Path) -> None:
     """--resume must find a failed layer's cells again: stand-ins expand to the same configs as real targets."""
     from dlinfra.inventory import InventoryHost
-    from dlinfra.orchestration.campaign import _placeholders
+    from dlinfra.orchestration.plan import build_plan, placeholders
 
     spec = load_spec(
         _spec(
@@ -214,14 +214,16 @@ def test_a_failed_layers_stand_ins_give_its_cells_the_hashes_they_have_when_it_c
             "  - {name: mnist-dnn, matrix: {mode: [ps-async], ps: [1], workers: [2]}}\n",
         )
     )
-    hosts = [InventoryHost(name=f"h{i}", address=f"10.0.0.{i}", groups=["g"], vars={}) for i in range(1, 4)]
+    layers = {"dlinfra_layers": ["ctr", "vm"]}
+    hosts = [InventoryHost(name=f"h{i}", address=f"10.0.0.{i}", groups=["g"], vars=layers) for i in range(1, 4)]
+    plan = build_plan(spec, hosts, tmp_path / "hosts.yml")
     real = {  # what the providers make: two containers on each of h1, h2; guests a and b on h1
         "ctr": [Target("ctr", f"c{i}{j}", f"h{i}", f"10.0.0.{i}", cpu_set=[0, 1]) for i in (1, 2) for j in (1, 2)],
         "vm": [Target("vm", name, "h1", "10.1.0.1", cpu_set=[0]) for name in ("a", "b")],
     }
     stand_ins = {
-        "ctr": _placeholders("ctr", hosts, spec.layer_options["ctr"], None),
-        "vm": _placeholders("vm", hosts[:1], spec.layer_options["vm"], None),
+        "ctr": placeholders(plan.layer("ctr"), hosts, None),
+        "vm": placeholders(plan.layer("vm"), hosts[:1], None),
     }
     expected = [c.hash for c in expand(spec, real)]
     assert [c.hash for c in expand(spec, stand_ins, unplaced={"ctr", "vm"})] == expected

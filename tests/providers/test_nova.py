@@ -183,7 +183,7 @@ def test_planted_passwords_never_appear_in_output_or_files(cloud: Any, tmp_path:
 def test_host_keys_come_only_from_cloud_inits_block_on_the_console() -> None:
     """The real-cloud path (no guest here to run it against): only the keys cloud-init prints between its
     markers are trusted, with or without the kernel's timestamps; a key elsewhere on the console is not."""
-    from dlinfra.providers.nova.provider import host_keys_from_console
+    from dlinfra.providers.nova.servers import host_keys_from_console
 
     console = "\n".join(
         [

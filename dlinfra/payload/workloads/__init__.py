@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dlinfra.payload.errors import PayloadError
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -237,8 +239,6 @@ WORKLOADS: dict[str, Workload] = {
 
 def get(name: str) -> Workload:
     """The workload called ``name``; an error listing the known ones otherwise."""
-    from dlinfra.payload.errors import PayloadError
-
     try:
         return WORKLOADS[name]
     except KeyError:

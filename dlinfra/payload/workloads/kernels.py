@@ -123,7 +123,7 @@ def allreduce(strategy: Any, sizes: list[int], warmup: int, steps: int, clock: S
         message = tf.ones([floats], tf.float32)
 
         @tf.function
-        def reduce(x: tf.Tensor = message) -> tf.Tensor:
+        def reduce(x: tf.Tensor) -> tf.Tensor:
             def replica(t: tf.Tensor) -> tf.Tensor:
                 # identity: a tensor made in the replica's context, which gives the collective its device
                 return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(t))[:1]
@@ -132,11 +132,11 @@ def allreduce(strategy: Any, sizes: list[int], warmup: int, steps: int, clock: S
 
         clock.pause()
         for _ in range(max(1, warmup)):
-            reduce().numpy()
+            reduce(message).numpy()
         clock.resume()
         first = len(clock.samples)
         for _ in range(steps):
-            reduce().numpy()
+            reduce(message).numpy()
             clock.tick()
         times = sorted(clock.samples[first:])
         median = times[len(times) // 2]

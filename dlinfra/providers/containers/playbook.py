@@ -21,17 +21,15 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from dlinfra.errors import DlinfraError
 from dlinfra.providers.containers.engine import Engine
 from dlinfra.providers.containers.run import _CLAIMS, RESULTS_IN_CONTAINER, ContainerSpec, engine_where, role_network
+from dlinfra.runtime.ansible import PlaybookResult, new_ident, run_playbook
 from dlinfra.runtime.runs_registry import claim
-
-if TYPE_CHECKING:
-    from dlinfra.runtime.ansible import PlaybookResult
 
 UP = "providers/containers/up.yml"
 DOWN = "providers/containers/down.yml"
@@ -148,8 +146,6 @@ def play(
     build_tasks: tuple[str, ...] = (),
 ) -> PlaybookResult:
     """Run ``book`` (:data:`UP` or :data:`DOWN`) for these hosts through the wrapper; raise on any failure."""
-    from dlinfra.runtime.ansible import new_ident, run_playbook
-
     with tempfile.TemporaryDirectory(prefix="dlinfra-ctr-") as tmp:
         where = Path(artifacts_dir) if artifacts_dir else Path(tmp)
         where.mkdir(parents=True, exist_ok=True)

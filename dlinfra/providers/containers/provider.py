@@ -65,6 +65,7 @@ from dlinfra.runtime.progress import phase
 from dlinfra.runtime.runs_registry import RunClaim, claim, is_live, is_valid_label, live_runs
 from dlinfra.runtime.sweep_report import SweepReport
 from dlinfra.testbed import dockerd
+from dlinfra.testbed.local import all_testbeds
 from dlinfra.text import plain
 from dlinfra.transport import ContainerAccess
 
@@ -398,9 +399,12 @@ class ContainerProvider(Provider):
         if self.stacks_on is not None:
             guests = spec.below
             if guests is None:  # the campaign does not measure the layer below: bring its guests up here
-                from dlinfra.providers.registry import provider_for
-
-                self.own_vms = provider_for(self.stacks_on, spec.below_options)(self.stacks_on)
+                if spec.below_provider is None:
+                    raise SpecError(
+                        f"{self.layer}: no {self.stacks_on} targets to run on, and no provider to bring them up",
+                        "give LayerSpec.below (the targets) or below_provider (the campaign's, for that layer)",
+                    )
+                self.own_vms = spec.below_provider(self.stacks_on)
                 with phase(f"{self.layer}: {self.stacks_on} underneath"):
                     guests = self.own_vms.up(
                         LayerSpec(
@@ -715,8 +719,6 @@ def _local_engines() -> Iterable[Engine]:
 
 def _testbed_runs_folders() -> list[Path]:
     """``HOME/ctr/RUN_ID`` folders of the local testbeds' hosts (the ctr layer's runs folders)."""
-    from dlinfra.testbed.local import all_testbeds
-
     folders = []
     for st in all_testbeds():
         for host in st.hosts:

@@ -23,103 +23,36 @@ from __future__ import annotations
 
 import os
 import secrets
-import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dlinfra import cancel
 from dlinfra.errors import DlinfraError, SpecError, TargetError
 from dlinfra.inventory import InventoryHost
 from dlinfra.providers.base import LayerSpec, Provider, Target
-from dlinfra.providers.openstack_cloud import connect, layer_cloud, run_cloud_playbook
+from dlinfra.providers.ironic.nodes import (
+    NODE_KIND,
+    SETTLE_TIMEOUT_S,
+    TAKEN,
+    node_state,
+    recorded_nodes,
+    run_node_playbook,
+    taken_by_live_runs,
+    undeploy,
+    wait_for_state,
+)
+from dlinfra.providers.openstack_cloud import connect, layer_cloud
 from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
-from dlinfra.runtime.runs_registry import RunClaim, claim, live_runs, recorded_objects
+from dlinfra.runtime.runs_registry import RunClaim, claim
 from dlinfra.runtime.wait import retry_until
 
 if TYPE_CHECKING:
     from dlinfra.runtime.sweep_report import SweepReport
 
-#: The run registry's entry kind for one node a run deploys.
-NODE_KIND = "ironic-node"
 #: instance_info keys baremetal_node_action accepts.
 INSTANCE_INFO_KEYS = ("image_source", "image_checksum", "image_disk_format")
-#: Provision states of a node a run has deployed (or is deploying): what down and sweep undo.
-DEPLOYED = frozenset({"active", "deploy failed", "error"})
-#: States a node passes through on its own; down and sweep wait for them to settle.
-MOVING = frozenset({"deploying", "wait call-back", "deleting", "cleaning", "clean wait", "deploy wait"})
-#: What discover() reports: a node some run took and has not given back yet.
-TAKEN = DEPLOYED | MOVING - {"cleaning", "clean wait"}
-SETTLE_TIMEOUT_S = 300.0
-
-
-def _node_state(conn: Any, node_id: str) -> Any | None:
-    """The node (by UUID or name) as Ironic has it now, or None when there is none."""
-    from openstack.exceptions import NotFoundException
-
-    try:
-        return conn.baremetal.get_node(node_id)
-    except NotFoundException:
-        return None
-
-
-def run_node_playbook(
-    book: str,
-    cloud: str,
-    nodes: list[dict[str, Any]],
-    *,
-    label: str,
-    clouds_yaml: str | None = None,
-    artifacts_dir: Path | None = None,
-) -> None:
-    """Run ``playbooks/providers/ironic/BOOK`` here on ``nodes``."""
-    run_cloud_playbook(
-        "ironic",
-        book,
-        cloud,
-        {"ironic_nodes": nodes},
-        label=label,
-        clouds_yaml=clouds_yaml,
-        artifacts_dir=artifacts_dir,
-    )
-
-
-def _wait_for(conn: Any, nodes: dict[str, str], goal: str, timeout: float, interval: float, what: str) -> None:
-    """Poll every node (id -> name) until it reaches ``goal``; one error naming the nodes that did not."""
-    pending = dict(nodes)
-    failed: list[str] = []
-    deadline = time.monotonic() + timeout
-    states: dict[str, str] = {}
-    while pending:
-        cancel.check()  # a bring-up the campaign stopped (a teardown runs unbound: never)
-        for node_id, name in list(pending.items()):
-            node = _node_state(conn, node_id)
-            if node is None:
-                failed.append(f"node {name} ({node_id}) is gone from Ironic")
-                pending.pop(node_id)
-                continue
-            states[node_id] = str(node.provision_state)
-            if node.provision_state == goal:
-                pending.pop(node_id)
-            elif node.provision_state in ("deploy failed", "clean failed", "error") or (
-                node.provision_state not in MOVING and node.provision_state not in (goal, "deleted", "available")
-            ):
-                if goal == "available" and node.provision_state == "active":
-                    continue  # the undeploy request is still on its way
-                failed.append(
-                    f"node {name} ({node_id}) is {node.provision_state}: {node.last_error or 'no error given'}"
-                )
-                pending.pop(node_id)
-        if not pending:
-            break
-        if time.monotonic() > deadline:
-            failed += [f"node {n} ({i}) still {states.get(i, '?')} after {timeout:g} s" for i, n in pending.items()]
-            break
-        time.sleep(interval)
-    if failed:
-        raise TargetError(f"ironic: {what}: " + "; ".join(failed), "see the node's last_error in Ironic")
 
 
 class IronicProvider(Provider):
@@ -212,7 +145,7 @@ class IronicProvider(Provider):
             if options.get("nodes"):
                 found = []
                 for ref in options["nodes"]:
-                    node = _node_state(self._conn, ref)
+                    node = node_state(self._conn, ref)
                     if node is None:
                         raise TargetError(
                             f"ironic node {ref}: not found in cloud {self._cloud}",
@@ -221,7 +154,7 @@ class IronicProvider(Provider):
                     found.append(node)
             else:
                 rclass, count = str(options["resource_class"]), int(options.get("count", 1))
-                taken = _taken_by_live_runs()
+                taken = taken_by_live_runs()
                 candidates = [
                     n
                     for n in baremetal.nodes(details=True, resource_class=rclass, provision_state="available")
@@ -289,7 +222,7 @@ class IronicProvider(Provider):
     def create(self, spec: LayerSpec) -> list[Target]:
         todo = []
         for node, _host in self._picked:
-            if _node_state(self._conn, node.id).provision_state == "active":
+            if node_state(self._conn, node.id).provision_state == "active":
                 continue
             entry: dict[str, Any] = {"id": node.id, "name": node.name or node.id,
                                      "instance_info": dict(spec.options.get("instance_info") or {})}  # fmt: skip
@@ -308,7 +241,7 @@ class IronicProvider(Provider):
                 "up.yml", self._cloud or "", todo, label=self.run_label, clouds_yaml=self._clouds_yaml,
                 artifacts_dir=self._artifacts,
             )  # fmt: skip
-        _wait_for(
+        wait_for_state(
             self._conn,
             {n.id: n.name or n.id for n, _h in self._picked},
             "active",
@@ -343,7 +276,7 @@ class IronicProvider(Provider):
             return
         if self._recorded:
             conn = self._conn or connect(self._cloud or "", self._clouds_yaml)
-            _undeploy(
+            undeploy(
                 conn,
                 self._cloud or "",
                 self._clouds_yaml,
@@ -369,7 +302,7 @@ class IronicProvider(Provider):
                 by_cloud.setdefault(place, {})[str(obj["node"])] = str(obj.get("name") or obj["node"])
         if not by_cloud:
             return
-        live = _taken_by_live_runs()
+        live = taken_by_live_runs()
         for (cloud, clouds_yaml), nodes in by_cloud.items():
             if clouds_yaml and not Path(clouds_yaml).is_file():  # e.g. a test's Ironic, gone with its folder
                 report.skip(f"run {label}: ironic nodes {', '.join(nodes.values())}: {clouds_yaml} is gone")
@@ -381,14 +314,14 @@ class IronicProvider(Provider):
                     if node_id in live:
                         report.skip(f"run {label}: ironic node {name} is recorded by a live run")
                         continue
-                    node = _node_state(conn, node_id)
+                    node = node_state(conn, node_id)
                     if node is not None and node.provision_state in TAKEN:
                         mine[node_id] = name
                 if report.dry_run:
                     report.add("ironic nodes", *(f"{n} ({i}, cloud {cloud})" for i, n in mine.items()))
                     continue
                 if mine:
-                    _undeploy(conn, cloud, clouds_yaml, mine, label=label, timeout=1800, interval=1.0)
+                    undeploy(conn, cloud, clouds_yaml, mine, label=label, timeout=1800, interval=1.0)
                     report.add("ironic nodes", *(f"{n} ({i}, cloud {cloud})" for i, n in mine.items()))
             except Exception as exc:  # noqa: BLE001 - one cloud's failure is reported, the sweep goes on
                 report.error(f"run {label}: ironic nodes in cloud {cloud}: {exc}")
@@ -402,7 +335,7 @@ class IronicProvider(Provider):
         """
         found: dict[str, list[dict[str, Any]]] = {}
         conns: dict[tuple[str, str | None], Any] = {}
-        for label, objects in _recorded_nodes().items():
+        for label, objects in recorded_nodes().items():
             for obj in objects:
                 place = (str(obj.get("cloud") or ""), obj.get("clouds_yaml") or None)
                 if place[1] and not Path(place[1]).is_file():
@@ -410,7 +343,7 @@ class IronicProvider(Provider):
                 try:
                     if place not in conns:
                         conns[place] = connect(*place)
-                    node = _node_state(conns[place], str(obj.get("node")))
+                    node = node_state(conns[place], str(obj.get("node")))
                 except Exception:  # noqa: BLE001, S112 - a cloud that does not answer has nothing to find
                     continue
                 if node is not None and node.provision_state in TAKEN:
@@ -419,44 +352,3 @@ class IronicProvider(Provider):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "run_label": self.run_label, "cloud": self._cloud}
-
-
-def _recorded_nodes() -> dict[str, list[dict[str, Any]]]:
-    """Every run state file's ironic-node entries, by label."""
-    return recorded_objects({NODE_KIND})
-
-
-def _taken_by_live_runs() -> set[str]:
-    """Node ids recorded by runs whose controller is alive (this one included)."""
-    return {str(o.get("node")) for info in live_runs() for o in info.of_kind(NODE_KIND)}
-
-
-def _undeploy(
-    conn: Any,
-    cloud: str,
-    clouds_yaml: str | None,
-    nodes: dict[str, str],
-    *,
-    label: str,
-    timeout: float,
-    interval: float,
-    artifacts_dir: Path | None = None,
-) -> None:
-    """Undeploy those of ``nodes`` (id -> name) that are deployed, and wait until they are available again."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    while True:  # a node still deploying cannot be undeployed: let it settle first
-        states = {i: _node_state(conn, i) for i in nodes}
-        moving = [i for i, n in states.items() if n is not None and n.provision_state in MOVING]
-        if not moving or time.monotonic() > deadline:
-            break
-        time.sleep(interval)
-    todo = {i: nodes[i] for i, n in states.items() if n is not None and n.provision_state in DEPLOYED | MOVING}
-    if not todo:
-        return
-    undeploy = [i for i in todo if states[i].provision_state in DEPLOYED]
-    if undeploy:
-        nodes_down = [{"id": i, "name": todo[i]} for i in undeploy]
-        run_node_playbook(
-            "down.yml", cloud, nodes_down, label=label, clouds_yaml=clouds_yaml, artifacts_dir=artifacts_dir
-        )
-    _wait_for(conn, todo, "available", timeout, interval, "undeploy")

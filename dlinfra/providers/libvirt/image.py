@@ -26,11 +26,12 @@ from dlinfra.images.deps_archive import PROBE, DepsArchive, build_deps_archive, 
 from dlinfra.images.rootfs import RootfsSpec, build_rootfs, rootfs_key
 from dlinfra.runtime.progress import note
 from dlinfra.runtime.wait import WaitTimedOut, wait_for
+from dlinfra.testbed.dockerd import unmount_under
 
 if TYPE_CHECKING:
     from dlinfra.images.wheelhouse import Wheelhouse
 
-IMAGE_FORMAT_VERSION = 6  # bump when the customisation below changes: a new cache entry is built
+IMAGE_FORMAT_VERSION = 7  # bump when the customisation below changes: a new cache entry is built
 #: What a guest's rootfs holds; those the container image's rootfs lacks are installed into a copy of it.
 GUEST_PACKAGES = (
     "apparmor",  # the guest kernel enables AppArmor: dockerd then needs apparmor_parser for docker-default
@@ -54,7 +55,7 @@ KERNEL_CMDLINE = "root=/dev/vda rw console=ttyS0,115200 net.ifnames=0"
 SEED_LABEL = "cidata"
 ON_DEMAND_UNITS = ("docker.service", "containerd.service")
 PAYLOAD_HOME = ".dlinfra"  # Target.home of vm targets, relative to the login user's home
-# Background jobs that would disturb a benchmark (or need the network) are masked in the image.
+# Background jobs that would disturb a benchmark (or need the network), and what no one uses, are masked in the image.
 MASKED_UNITS = (
     "apt-daily.timer",
     "apt-daily-upgrade.timer",
@@ -62,6 +63,9 @@ MASKED_UNITS = (
     "e2scrub_reap.service",
     "fstrim.timer",
     "systemd-networkd-wait-online.service",
+    # Logins on virtual consoles nobody sees (the guest has no display): the serial console's getty stays.
+    "getty-static.service",
+    "getty@tty1.service",
 )
 
 # Runs every boot before sshd and networkd: applies the per-guest seed disk (label cidata, dlinfra/ folder).
@@ -129,6 +133,14 @@ After=dlinfra-seed.service
 # A small initrd: only what finds the root disk. MODULES=most (Debian's default) packs ~36 MB that an
 # emulated guest spends many seconds unpacking and probing.
 INITRAMFS_MODULES = "virtio_pci\nvirtio_blk\nvirtio_net\next4\ncrc32c_generic\n"
+#: Drivers udev would load at every boot for the q35 machine's own devices (SATA, watchdog, SMBus, PC speaker),
+#: for nested KVM, and cfg80211's regulatory database: a benchmark guest uses none of them (its disks and NIC are
+#: virtio), and under TCG loading them cost seconds of each boot's CPU.
+UNUSED_MODULES = ("ahci", "cfg80211", "i2c_i801", "iTCO_wdt", "iTCO_vendor_support", "kvm", "kvm_amd", "kvm_intel",
+                  "lpc_ich", "pcspkr", "serio_raw")  # fmt: skip
+#: AppArmor profiles the apparmor package ships for programs a guest does not have; apparmor.service compiled them
+#: at every boot (about 9 s under TCG). dockerd still loads its own docker-default profile when ctr-vm starts it.
+UNUSED_APPARMOR_PROFILES = ("lsb_release", "nvidia_modprobe")
 
 SSHD_CONFIG = """# dlinfra: keys only, no root, the seeded ed25519 host key only.
 PermitRootLogin no
@@ -185,6 +197,7 @@ def _customise(root: Path) -> None:
     dropin = root / "etc/systemd/system/ssh.service.d"
     dropin.mkdir(parents=True, exist_ok=True)
     (dropin / "10-dlinfra-seed.conf").write_text(SSH_DROPIN)
+    _skip_unused_at_boot(root)
     _small_initrd(root)
     _run(
         ["systemctl", f"--root={root}", "enable", "dlinfra-seed.service", "systemd-networkd.service", "ssh.service"],
@@ -260,8 +273,6 @@ def _preload_docker_image(root: Path, tarball: Path) -> None:
     about 2 MB/s (a quarter of an hour per guest); a dockerd here, writing straight into the rootfs,
     takes about a minute, and every guest then boots with the image already in its store.
     """
-    from dlinfra.testbed.dockerd import unmount_under
-
     with tempfile.TemporaryDirectory(prefix="dlinfra-imgdocker-", dir="/run") as run:
         sock = f"{run}/docker.sock"
         argv = ["dockerd", "--host", f"unix://{sock}", "--pidfile", f"{run}/docker.pid",
@@ -291,6 +302,17 @@ def _preload_docker_image(root: Path, tarball: Path) -> None:
                 proc.kill()
                 proc.wait()
             unmount_under(f"{run}/exec")
+
+
+def _skip_unused_at_boot(root: Path) -> None:
+    """What a boot would load but a benchmark guest never uses: kernel modules udev picks, AppArmor profiles."""
+    blacklist = "".join(f"blacklist {name}\n" for name in UNUSED_MODULES)
+    (root / "etc/modprobe.d/dlinfra-guest.conf").write_text(
+        f"# dlinfra: devices a benchmark guest does not use\n{blacklist}"
+    )
+    for name in UNUSED_APPARMOR_PROFILES:
+        (root / "etc/apparmor.d" / name).unlink(missing_ok=True)
+    _run(["systemctl", f"--root={root}", "set-default", "multi-user.target"], "booting to multi-user.target")
 
 
 def _small_initrd(root: Path) -> None:

@@ -17,10 +17,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlinfra.errors import DlinfraError, SpecError
+from dlinfra.images.deps_archive import build_deps_archive
 from dlinfra.inventory import InventoryHost
 from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.providers.containers.image import build_payload_image, save_image
+from dlinfra.providers.containers.provider import controller_engine
 from dlinfra.providers.host_prep import HostToPrepare, controller, prepare
 from dlinfra.providers.libvirt.hypervisor import LOCAL_URIS, Hypervisor
+from dlinfra.providers.libvirt.image import build_guest_image
 from dlinfra.providers.libvirt.spec import GUEST_OPTIONS, PROVIDER_OPTIONS, check_provider_options, guests_from_options
 from dlinfra.providers.libvirt.sweeping import discover_libvirt_runs, sweep_libvirt_run
 from dlinfra.providers.options import Option
@@ -107,8 +111,6 @@ class LibvirtVmProvider(Provider):
     @staticmethod
     def _build_image(spec: LayerSpec) -> Any:
         """The guest image with the campaign's payload baked in (and the ctr-vm image when stacked)."""
-        from dlinfra.providers.libvirt.image import build_guest_image
-
         if spec.wheelhouse is None:
             raise DlinfraError("layer vm: LayerSpec.wheelhouse is required (the campaign builds it once)")
         docker_image = None
@@ -157,10 +159,6 @@ def _guests_for(host: InventoryHost, options: dict[str, Any], host_count: int) -
 
 def _payload_docker_image(wheelhouse: Any) -> tuple[Any, str]:
     """The ctr-vm payload image, saved: the guest image then carries it in its own Docker store."""
-    from dlinfra.images.deps_archive import build_deps_archive
-    from dlinfra.providers.containers.image import build_payload_image, save_image
-    from dlinfra.providers.containers.provider import controller_engine
-
     engine = controller_engine("docker")
     archive = build_deps_archive(wheelhouse)
     built = build_payload_image(engine, wheelhouse.path, wheelhouse.lock, deps_archive=archive)

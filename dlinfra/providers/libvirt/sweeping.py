@@ -13,6 +13,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlinfra.providers.libvirt.domain import run_label_of
+from dlinfra.providers.libvirt.hypervisor import _libvirt, sweep
 from dlinfra.runtime.runs_registry import runs_dir
 
 if TYPE_CHECKING:
@@ -40,8 +42,6 @@ def sweep_libvirt_run(label: str, objects: list[dict[str, Any]], report: SweepRe
 
 def _sweep_hypervisor(label: str, uri: str, pool: str, report: SweepReport) -> None:
     try:
-        from dlinfra.providers.libvirt.hypervisor import _libvirt, sweep
-
         conn = _libvirt().open(uri)
     except Exception as exc:  # noqa: BLE001 - libvirt missing or its daemon down: say so, go on
         report.error(f"run {label}: cannot reach libvirt at {uri}: {exc}")
@@ -68,8 +68,6 @@ def discover_libvirt_runs() -> dict[str, list[dict[str, Any]]]:
     found: dict[str, list[dict[str, Any]]] = {}
     entry = {"kind": "libvirt", "uri": LOCAL_LIBVIRT, "pool": DEFAULT_POOL}
     try:
-        from dlinfra.providers.libvirt.hypervisor import _libvirt
-
         conn = _libvirt().open(LOCAL_LIBVIRT)
     except Exception:  # noqa: BLE001 - no libvirt here, or its daemon is down: nothing to find there
         conn = None
@@ -90,8 +88,6 @@ def discover_libvirt_runs() -> dict[str, list[dict[str, Any]]]:
 def labelled_objects(conn: Any, pool_name: str) -> dict[str, dict[str, list[str]]]:
     """{label: {"guests": [...], "volumes": [...], "networks": [...]}} for every ``dlinfra-r*`` object."""
     import libvirt
-
-    from dlinfra.providers.libvirt.domain import run_label_of
 
     found: dict[str, dict[str, list[str]]] = {}
 

@@ -24,12 +24,10 @@ controller was killed.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import secrets as std_secrets
 import shutil
-import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,32 +35,37 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlinfra import secrets
 from dlinfra.errors import SpecError, TargetError
-from dlinfra.images.disk import disk_format
+from dlinfra.images.disk import disk_format, file_sha256
 from dlinfra.inventory import InventoryHost
 from dlinfra.providers.base import LayerSpec, Provider, Target
-from dlinfra.providers.openstack_cloud import connect, layer_cloud, run_cloud_playbook
+from dlinfra.providers.libvirt.image import build_guest_image
+from dlinfra.providers.nova.cloud import (
+    IMAGE_KIND,
+    LABEL_KEY,
+    RUN_KIND,
+    leftovers,
+    recorded_runs,
+    remove_run,
+    run_dir,
+    run_key,
+    run_nova_playbook,
+    run_servers,
+)
+from dlinfra.providers.nova.servers import host_keys_from_console, server_address, wait_active
+from dlinfra.providers.openstack_cloud import connect, layer_cloud
 from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
-from dlinfra.runtime.runs_registry import RunClaim, claim, recorded_objects, runs_dir
-from dlinfra.runtime.wait import WaitTimedOut, retry_until, wait_for
+from dlinfra.runtime.runs_registry import RunClaim, claim
+from dlinfra.runtime.wait import retry_until
 
 if TYPE_CHECKING:
     from dlinfra.runtime.sweep_report import SweepReport
 
-#: The run registry's entry kinds: the run's Nova objects (one entry), and one image it uploads.
-RUN_KIND = "nova-run"
-IMAGE_KIND = "nova-image"
-#: Server metadata key carrying the run label (flavor and keypair carry it in their names).
-LABEL_KEY = "dlinfra_run"
 CPU_POLICIES = ("dedicated", "shared", "mixed")
 _PAGE_SIZE = re.compile(r"^(small|large|any|[0-9]+(KB|MB|GB)?)$", re.IGNORECASE)
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,40}")
 _ALIAS = re.compile(r"^[A-Za-z0-9_.-]+$")
-_HOST_KEY = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa) ([A-Za-z0-9+/=]+)(?:\s|$)")
 DEFAULT_PREFIX = "dlinfra-vm-"
-SETTLE_TIMEOUT_S = 300.0
-#: How many times a server that a delete left in ERROR is asked to delete again.
-DELETE_RETRIES = 2
 
 
 def flavor_extra_specs(options: Mapping[str, Any]) -> dict[str, str]:
@@ -80,41 +83,6 @@ def flavor_extra_specs(options: Mapping[str, Any]) -> dict[str, str]:
     elif alias is not None:
         specs["pci_passthrough:alias"] = str(alias)
     return specs
-
-
-def file_sha256(path: Path) -> str:
-    """The file's SHA-256, cached beside it (``NAME.sha256``, keyed by size and mtime) when that is writable."""
-    stat = path.stat()
-    stamp = f"{stat.st_size}-{stat.st_mtime_ns}"
-    side = path.with_name(path.name + ".sha256")
-    if side.is_file():
-        cached = side.read_text().split()
-        if len(cached) == 2 and cached[0] == stamp:
-            return cached[1]
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 22):
-            digest.update(chunk)
-    value = digest.hexdigest()
-    try:
-        side.write_text(f"{stamp} {value}\n")
-    except OSError:
-        pass
-    return value
-
-
-def run_nova_playbook(book: str, cloud: str, extravars: dict[str, Any], *, label: str,
-                      clouds_yaml: str | None = None, artifacts_dir: Path | None = None) -> None:  # fmt: skip
-    """Run ``playbooks/providers/nova/BOOK`` here."""
-    run_cloud_playbook(
-        "nova", book, cloud, extravars, label=label, clouds_yaml=clouds_yaml, artifacts_dir=artifacts_dir
-    )
-
-
-def run_servers(conn: Any, prefix: str, label: str) -> list[Any]:
-    """The servers of run ``label``: named PREFIX<n> and carrying the label in their metadata."""
-    pattern = f"^{re.escape(prefix)}[0-9]+$"
-    return [s for s in conn.compute.servers(details=True, name=pattern) if (s.metadata or {}).get(LABEL_KEY) == label]
 
 
 class NovaProvider(Provider):
@@ -209,7 +177,7 @@ class NovaProvider(Provider):
                         flavor=flavor, keypair=keypair, prefix=self._prefix)  # fmt: skip
         for upload in self._uploads:
             self._record_image(upload)
-        self._key = _run_key(self.run_label)
+        self._key = run_key(self.run_label)
 
     def _host_for(self, name: str, spec: LayerSpec) -> InventoryHost | None:
         """The inventory host that stands for server ``name``; None: reach it at its address on ``network``."""
@@ -238,8 +206,6 @@ class NovaProvider(Provider):
         if wanted:
             path = Path(os.path.expanduser(str(wanted))).resolve()
             return self._by_hash(path, disk_format(path), "bare", {})
-        from dlinfra.providers.libvirt.image import build_guest_image
-
         guest = build_guest_image(payload=spec.wheelhouse)
         if guest.kernel is None or guest.initrd is None:
             return self._by_hash(guest.disk, "qcow2", "bare", {})
@@ -327,7 +293,7 @@ class NovaProvider(Provider):
                 address=address,
                 user=str(self._options.get("user", "dlinfra")),
                 key_file=str(self._key) if self._key else None,
-                known_hosts=str(_run_dir(self.run_label) / f"{server.name}.known_hosts"),
+                known_hosts=str(run_dir(self.run_label) / f"{server.name}.known_hosts"),
                 home=".dlinfra",
             )
         target.provider = self.name
@@ -380,7 +346,7 @@ class NovaProvider(Provider):
             [] if self._options.get("keep_image") else images, artifacts_dir=self._artifacts,
             interval=float(self._options.get("poll_interval", 1.0)),
         )  # fmt: skip
-        shutil.rmtree(_run_dir(self.run_label), ignore_errors=True)
+        shutil.rmtree(run_dir(self.run_label), ignore_errors=True)
         self._uploads = []
         self._claim.release()  # only once everything is gone: a failed down() leaves the run to a sweep
         self._claim = None
@@ -402,7 +368,7 @@ class NovaProvider(Provider):
             try:
                 conn = connect(cloud, clouds_yaml)
                 prefix = str(run.get("prefix") or DEFAULT_PREFIX)
-                left = _leftovers(conn, label, prefix, str(run["flavor"]), images)
+                left = leftovers(conn, label, prefix, str(run["flavor"]), images)
                 named = [f"{kind} {name} (cloud {cloud})" for kind, names in left.items() for name in names]
                 if not report.dry_run and named:
                     remove_run(conn, cloud, clouds_yaml, label, prefix, str(run["flavor"]), images)
@@ -410,7 +376,7 @@ class NovaProvider(Provider):
                     report.add("nova objects", *named)
             except Exception as exc:  # noqa: BLE001 - one cloud's failure is reported, the sweep goes on
                 report.error(f"run {label}: nova objects in cloud {cloud}: {secrets.redact(str(exc))}")
-        shutil.rmtree(_run_dir(label), ignore_errors=True)
+        shutil.rmtree(run_dir(label), ignore_errors=True)
 
     @classmethod
     def discover(cls) -> dict[str, list[dict[str, Any]]]:
@@ -421,7 +387,7 @@ class NovaProvider(Provider):
         """
         found: dict[str, list[dict[str, Any]]] = {}
         conns: dict[tuple[str, str | None], Any] = {}
-        for label, objects in _recorded_runs().items():
+        for label, objects in recorded_runs().items():
             for run in [o for o in objects if o.get("kind") == RUN_KIND]:
                 place = (str(run.get("cloud") or ""), run.get("clouds_yaml") or None)
                 if place[1] and not Path(place[1]).is_file():
@@ -430,7 +396,7 @@ class NovaProvider(Provider):
                 try:
                     if place not in conns:
                         conns[place] = connect(*place)
-                    left = _leftovers(conns[place], label, str(run.get("prefix") or DEFAULT_PREFIX),
+                    left = leftovers(conns[place], label, str(run.get("prefix") or DEFAULT_PREFIX),
                                       str(run.get("flavor")), images)  # fmt: skip
                 except Exception:  # noqa: BLE001, S112 - a cloud that does not answer has nothing to find
                     continue
@@ -440,142 +406,3 @@ class NovaProvider(Provider):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "run_label": self.run_label, "cloud": self._cloud}
-
-
-# ------------------------------------------------------------------ helpers
-def _run_dir(label: str) -> Path:
-    """The run's private folder beside its state file: the SSH key pair and the guests' known_hosts."""
-    return runs_dir() / f"{label}.nova"
-
-
-def _run_key(label: str) -> Path:
-    from dlinfra.providers.libvirt.seed import make_client_key
-
-    return make_client_key(_run_dir(label))
-
-
-def server_address(server: Any, network: str) -> str:
-    """The server's address on ``network``: a floating IPv4 first, then a fixed IPv4, then any."""
-    entries = list((server.addresses or {}).get(network) or [])
-    if not entries:
-        raise TargetError(
-            f"nova: server {server.name} has no address on network {network}",
-            f"its networks: {', '.join(server.addresses or {}) or 'none'}",
-        )
-
-    def rank(entry: Mapping[str, Any]) -> tuple[int, int]:
-        return (0 if entry.get("OS-EXT-IPS:type") == "floating" else 1, 0 if entry.get("version") == 4 else 1)
-
-    return str(sorted(entries, key=rank)[0]["addr"])
-
-
-def host_keys_from_console(console: str) -> list[str]:
-    """``TYPE BASE64`` host keys from a console log: the block cloud-init prints between
-    ``-----BEGIN SSH HOST KEY KEYS-----`` and ``-----END SSH HOST KEY KEYS-----`` (other lines are not trusted)."""
-    keys: list[str] = []
-    inside = False
-    for raw in console.splitlines():
-        line = re.sub(r"^\[[ 0-9.]+\]\s*", "", raw.strip())  # a kernel timestamp, when the console adds one
-        if "BEGIN SSH HOST KEY KEYS" in line:
-            inside = True
-        elif "END SSH HOST KEY KEYS" in line:
-            inside = False
-        elif inside and (match := _HOST_KEY.match(line)):
-            keys.append(f"{match.group(1)} {match.group(2)}")
-    return keys
-
-
-def wait_active(conn: Any, prefix: str, label: str, count: int, timeout: float, interval: float) -> dict[str, Any]:
-    """Poll the run's servers until all ``count`` are ACTIVE; ERROR or the timeout is one error naming servers."""
-    servers: dict[str, Any] = {}
-
-    def all_active() -> dict[str, Any] | None:
-        servers.clear()
-        servers.update((s.name, s) for s in run_servers(conn, prefix, label))
-        failed = [s for s in servers.values() if s.status == "ERROR"]
-        if failed:
-            raise TargetError(
-                "nova: " + "; ".join(_fault(conn, s) for s in failed),
-                "'No valid host' means no hypervisor has room for the flavor: lower vcpus, ram_mb or disk_gb, "
-                "drop cpu_policy/mem_page_size/pci_alias the hosts cannot give, or ask for fewer servers; "
-                "see openstack server show",
-            )
-        return dict(servers) if len(servers) == count and all(s.status == "ACTIVE" for s in servers.values()) else None
-
-    try:
-        return wait_for(f"nova: servers of run {label}", all_active, timeout=timeout, interval=interval)
-    except WaitTimedOut:
-        states = ", ".join(f"{n} {s.status}" for n, s in sorted(servers.items())) or "none listed"
-        raise TargetError(f"nova: servers of run {label} not ACTIVE after {timeout:g} s: {states}") from None
-
-
-def _fault(conn: Any, server: Any) -> str:
-    fault = server.fault or {}
-    if not fault:
-        fault = conn.compute.get_server(server.id).fault or {}
-    return f"server {server.name} ({server.id}) went to ERROR: {fault.get('message') or 'Nova gave no fault'}"
-
-
-def _leftovers(conn: Any, label: str, prefix: str, flavor: str, images: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """What of a run is still in the cloud, by kind (names)."""
-    left: dict[str, list[str]] = {"server": [s.name for s in run_servers(conn, prefix, label)]}
-    left["flavor"] = [flavor] if conn.compute.find_flavor(flavor, ignore_missing=True) is not None else []
-    left["keypair"] = [flavor] if conn.compute.find_keypair(flavor, ignore_missing=True) is not None else []
-    left["image"] = [i["name"] for i in images if _find_image(conn, i) is not None]
-    return left
-
-
-def _find_image(conn: Any, image: Mapping[str, Any]) -> Any | None:
-    """A recorded upload, by ID when known, else by its name among the images with its hash tag."""
-    if image.get("id"):
-        return conn.image.find_image(str(image["id"]), ignore_missing=True)
-    if not image.get("tag"):
-        return None
-    return next((i for i in conn.image.images(tag=str(image["tag"])) if i.name == image["name"]), None)
-
-
-def remove_run(
-    conn: Any,
-    cloud: str,
-    clouds_yaml: str | None,
-    label: str,
-    prefix: str,
-    flavor: str,
-    images: list[dict[str, Any]],
-    *,
-    artifacts_dir: Path | None = None,
-    interval: float = 1.0,
-) -> None:
-    """Delete run ``label``'s servers, flavor, keypair and ``images`` (down.yml), then wait until Nova lists
-    none of its servers."""
-    servers = [{"id": s.id, "name": s.name} for s in run_servers(conn, prefix, label)]
-    found = [{"id": str(i.id), "name": str(i.name)} for i in (_find_image(conn, img) for img in images) if i]
-    left = _leftovers(conn, label, prefix, flavor, [])
-    if servers or found or left["flavor"] or left["keypair"]:
-        extravars = {"nova_servers": servers, "nova_flavor": flavor if left["flavor"] else "",
-                     "nova_keypair": flavor if left["keypair"] else "", "nova_images": found}  # fmt: skip
-        run_nova_playbook("down.yml", cloud, extravars, label=label, clouds_yaml=clouds_yaml,
-                          artifacts_dir=artifacts_dir)  # fmt: skip
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    retries = DELETE_RETRIES
-    while remaining := run_servers(conn, prefix, label):
-        failed = [s for s in remaining if s.status == "ERROR" and not s.task_state]
-        if failed and retries:  # a delete that failed in the compute service leaves the server in ERROR: ask again
-            retries -= 1
-            again = {"nova_servers": [{"id": s.id, "name": s.name} for s in failed], "nova_flavor": "",
-                     "nova_keypair": "", "nova_images": []}  # fmt: skip
-            run_nova_playbook("down.yml", cloud, again, label=label, clouds_yaml=clouds_yaml,
-                              artifacts_dir=artifacts_dir)  # fmt: skip
-        elif time.monotonic() > deadline or failed:
-            names = "; ".join(f"{s.name} {s.status}: {(s.fault or {}).get('message', '')}" for s in remaining)
-            raise TargetError(
-                f"nova: servers of run {label} still listed after delete: {names}",
-                f"dlinfra sweep --run {label} tries again; see openstack server show",
-            )
-        time.sleep(interval)
-
-
-def _recorded_runs() -> dict[str, list[dict[str, Any]]]:
-    """Every run state file's nova entries, by label, for the runs that recorded a nova run."""
-    recorded = recorded_objects({RUN_KIND, IMAGE_KIND})
-    return {label: objs for label, objs in recorded.items() if any(o.get("kind") == RUN_KIND for o in objs)}

@@ -14,15 +14,15 @@ from typing import ClassVar
 
 from dlinfra.errors import TargetError
 from dlinfra.inventory import InventoryHost, check_resolvable, match_pattern
+from dlinfra.payload.affinity import USABLE_CPUS_SH
 from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.options import Option
 from dlinfra.transport import SshTransport
 
-#: One constant script (no inventory value is ever put in it): home, CPUs, memory, hostname.
-#: Home, online CPUs (a cpuset list: a host with an offline CPU has a gap, which a count would hide), memory,
-#: host name: one line each.
-_FACTS = 'echo "$HOME"; cat /sys/devices/system/cpu/online; grep MemTotal /proc/meminfo; uname -n'
+#: One constant script (no inventory value is ever put in it), one line each: home; the CPUs the login may use, by
+#: the payload's own rule (a cpuset list: an offline CPU is a gap, a cgroup's cpuset limits it); memory; host name.
+_FACTS = f'echo "$HOME"; {USABLE_CPUS_SH}; grep MemTotal /proc/meminfo; uname -n'
 
 
 def target_from_host(host: InventoryHost, layer: str = "bm") -> Target:
@@ -59,16 +59,16 @@ def read_facts(target: Target) -> Target:
         link.close()
     if not result.ok:
         raise TargetError(f"host {target.name}: cannot read facts: {result.stderr.strip()[:200]}")
-    home, online, mem, hostname = ([*result.stdout.splitlines(), "", "", "", ""])[:4]
+    home, usable, mem, hostname = ([*result.stdout.splitlines(), "", "", "", ""])[:4]
     if target.home.startswith("~"):
         target.home = home + target.home[1:]
     elif not target.home.startswith("/"):
         target.home = f"{home}/{target.home}"
-    if not target.cpu_set and online.strip():
+    if not target.cpu_set and usable.strip():
         try:
-            target.cpu_set = list(parse_cpuset(online.strip()))
+            target.cpu_set = list(parse_cpuset(usable.strip()))
         except CpuSetError:
-            raise TargetError(f"host {target.name}: its online CPUs read {online.strip()[:60]!r}") from None
+            raise TargetError(f"host {target.name}: its usable CPUs read {usable.strip()[:60]!r}") from None
     if target.memory_bytes is None and mem.split()[1:2]:
         target.memory_bytes = int(mem.split()[1]) * 1024
     target.details.setdefault("hostname", hostname.strip())

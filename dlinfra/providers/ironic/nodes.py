@@ -1,0 +1,132 @@
+"""Ironic's nodes as a run sees them: their states, the waits for a state, the deploy and undeploy playbooks, and
+what runs recorded of them. The provider's ``up``/``down`` and ``dlinfra sweep`` go through here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from dlinfra.errors import TargetError
+from dlinfra.providers.openstack_cloud import run_cloud_playbook
+from dlinfra.runtime.runs_registry import live_runs, recorded_objects
+from dlinfra.runtime.wait import WaitTimedOut, wait_for
+
+#: The run registry's entry kind for one node a run deploys.
+NODE_KIND = "ironic-node"
+#: Provision states of a node a run has deployed (or is deploying): what down and sweep undo.
+DEPLOYED = frozenset({"active", "deploy failed", "error"})
+#: States a node passes through on its own; down and sweep wait for them to settle.
+MOVING = frozenset({"deploying", "wait call-back", "deleting", "cleaning", "clean wait", "deploy wait"})
+#: What discover() reports: a node some run took and has not given back yet.
+TAKEN = DEPLOYED | MOVING - {"cleaning", "clean wait"}
+SETTLE_TIMEOUT_S = 300.0
+
+
+def node_state(conn: Any, node_id: str) -> Any | None:
+    """The node (by UUID or name) as Ironic has it now, or None when there is none."""
+    from openstack.exceptions import NotFoundException
+
+    try:
+        return conn.baremetal.get_node(node_id)
+    except NotFoundException:
+        return None
+
+
+def run_node_playbook(
+    book: str,
+    cloud: str,
+    nodes: list[dict[str, Any]],
+    *,
+    label: str,
+    clouds_yaml: str | None = None,
+    artifacts_dir: Path | None = None,
+) -> None:
+    """Run ``playbooks/providers/ironic/BOOK`` here on ``nodes``."""
+    run_cloud_playbook(
+        "ironic",
+        book,
+        cloud,
+        {"ironic_nodes": nodes},
+        label=label,
+        clouds_yaml=clouds_yaml,
+        artifacts_dir=artifacts_dir,
+    )
+
+
+def wait_for_state(conn: Any, nodes: dict[str, str], goal: str, timeout: float, interval: float, what: str) -> None:
+    """Poll every node (id -> name) until it reaches ``goal``; one error naming the nodes that did not."""
+    pending = dict(nodes)
+    failed: list[str] = []
+    states: dict[str, str] = {}
+
+    def settled() -> bool:
+        for node_id, name in list(pending.items()):
+            node = node_state(conn, node_id)
+            if node is None:
+                failed.append(f"node {name} ({node_id}) is gone from Ironic")
+                pending.pop(node_id)
+                continue
+            states[node_id] = str(node.provision_state)
+            if node.provision_state == goal:
+                pending.pop(node_id)
+            elif node.provision_state in ("deploy failed", "clean failed", "error") or (
+                node.provision_state not in MOVING and node.provision_state not in (goal, "deleted", "available")
+            ):
+                if goal == "available" and node.provision_state == "active":
+                    continue  # the undeploy request is still on its way
+                failed.append(
+                    f"node {name} ({node_id}) is {node.provision_state}: {node.last_error or 'no error given'}"
+                )
+                pending.pop(node_id)
+        return not pending
+
+    try:  # a bring-up the campaign stopped ends the wait (a teardown runs outside any cancellable scope)
+        wait_for(f"ironic: {what}", settled, timeout=timeout, interval=interval)
+    except WaitTimedOut:
+        failed += [f"node {n} ({i}) still {states.get(i, '?')} after {timeout:g} s" for i, n in pending.items()]
+    if failed:
+        raise TargetError(f"ironic: {what}: " + "; ".join(failed), "see the node's last_error in Ironic")
+
+
+def recorded_nodes() -> dict[str, list[dict[str, Any]]]:
+    """Every run state file's ironic-node entries, by label."""
+    return recorded_objects({NODE_KIND})
+
+
+def taken_by_live_runs() -> set[str]:
+    """Node ids recorded by runs whose controller is alive (this one included)."""
+    return {str(o.get("node")) for info in live_runs() for o in info.of_kind(NODE_KIND)}
+
+
+def undeploy(
+    conn: Any,
+    cloud: str,
+    clouds_yaml: str | None,
+    nodes: dict[str, str],
+    *,
+    label: str,
+    timeout: float,
+    interval: float,
+    artifacts_dir: Path | None = None,
+) -> None:
+    """Undeploy those of ``nodes`` (id -> name) that are deployed, and wait until they are available again."""
+    states: dict[str, Any] = {}
+
+    def settled() -> bool:  # a node still deploying cannot be undeployed: let it settle first
+        states.update((i, node_state(conn, i)) for i in nodes)
+        return not any(n is not None and n.provision_state in MOVING for n in states.values())
+
+    with contextlib.suppress(WaitTimedOut):  # still moving after the bound: undeploy what can be, then wait
+        wait_for(f"ironic: nodes of run {label} settling", settled, timeout=SETTLE_TIMEOUT_S, interval=interval)
+    todo = {i: nodes[i] for i, n in states.items() if n is not None and n.provision_state in DEPLOYED | MOVING}
+    if not todo:
+        return
+    undeploy = [i for i in todo if states[i].provision_state in DEPLOYED]
+    if undeploy:
+        nodes_down = [{"id": i, "name": todo[i]} for i in undeploy]
+        run_node_playbook(
+            "down.yml", cloud, nodes_down, label=label, clouds_yaml=clouds_yaml, artifacts_dir=artifacts_dir
+        )
+    wait_for_state(conn, todo, "available", timeout, interval, "undeploy")
