@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,26 @@ def hypervisor(tmp_path_factory):
     yield conn, folder, disk
     _drop_pool(conn)
     conn.close()
+
+
+@pytest.fixture
+def new_label() -> Iterator[Callable[[], str]]:
+    """Run labels claimed in the run registry, as the provider claims its own before it makes anything: a user's
+    plain `dlinfra sweep` (tests/orchestration/test_sweep.py runs one beside these tests) takes every labelled
+    guest of a run that is not live, and without a claim this test's guest looked like a crashed run's."""
+    from dlinfra.providers.libvirt.hypervisor import new_run_label
+    from dlinfra.runtime.runs_registry import RunClaim, claim
+
+    claims: list[RunClaim] = []
+
+    def make() -> str:
+        label = new_run_label()
+        claims.append(claim(label, "libvirt", uri=URI, pool=POOL))
+        return label
+
+    yield make
+    for held in claims:
+        held.release()
 
 
 def up_vars(conn, label: str, folder: Path, disk: Path, base_id: str) -> dict:
@@ -117,12 +138,11 @@ def left_of(conn, label: str) -> list[str]:
     return [name for name in names if label in name]
 
 
-def test_up_twice_changes_nothing_and_down_leaves_nothing(hypervisor) -> None:
+def test_up_twice_changes_nothing_and_down_leaves_nothing(hypervisor, new_label) -> None:
     from dlinfra.providers.libvirt.domain import run_label_of
-    from dlinfra.providers.libvirt.hypervisor import new_run_label
 
     conn, folder, disk = hypervisor
-    label = new_run_label()
+    label = new_label()
     domain = f"dlinfra-{label}-g1"
     variables = up_vars(conn, label, folder, disk, "pbt1")
     try:
@@ -162,8 +182,7 @@ def test_up_twice_changes_nothing_and_down_leaves_nothing(hypervisor) -> None:
     }  # fmt: skip
 
 
-def test_a_new_image_prunes_older_base_volumes_unless_a_run_may_use_them(hypervisor) -> None:
-    from dlinfra.providers.libvirt.hypervisor import new_run_label
+def test_a_new_image_prunes_older_base_volumes_unless_a_run_may_use_them(hypervisor, new_label) -> None:
 
     conn, folder, disk = hypervisor
     pool_xml = f"<pool type='dir'><name>{POOL}</name><target><path>{POOL_PATH}</path></target></pool>"
@@ -182,14 +201,14 @@ def test_a_new_image_prunes_older_base_volumes_unless_a_run_may_use_them(hypervi
         pool.refresh(0)
         return {v.name() for v in pool.listAllVolumes(0)}
 
-    label = new_run_label()
+    label = new_label()
     try:
         up(up_vars(conn, label, folder, disk, "pbt2"))
         assert {"dlinfra-base-old1-disk", "other.img", "dlinfra-base-pbt2-disk"} <= volumes()  # a run may use old1
     finally:
         down(label)
     pool.storageVolLookupByName("dlinfra-r0000000f-stray.qcow2").delete(0)
-    label = new_run_label()
+    label = new_label()
     try:
         up(up_vars(conn, label, folder, disk, "pbt3"))
         left = volumes()
