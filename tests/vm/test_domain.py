@@ -244,6 +244,29 @@ def test_ssh_is_overdue_only_a_while_after_the_login_prompt(tmp_path: Path) -> N
     assert ssh_overdue(watch, now=watch.login_seen_at + SSH_AFTER_LOGIN_S)
 
 
+def test_after_a_reset_only_the_new_boots_prompt_starts_the_clock(tmp_path: Path) -> None:
+    """The old boot's prompt, left without a newline (nothing printed after it), once dated the reset guest's
+    prompt to its first second: the reset guest then failed 15 s into its boot (seen in a suite run)."""
+    from dlinfra.providers.libvirt.boot import ConsoleWatch
+
+    log = tmp_path / "serial.log"
+    log.write_text("Debian GNU/Linux 12 g1 ttyS0\n\ng1 login: ")
+    watch = ConsoleWatch(log)
+    watch.poll()
+    assert watch.login_seen_at is not None
+    with log.open("a") as fh:
+        fh.write("more of the old boot past the last poll, g1 login: \n")
+    watch.forget_prompt()
+    with log.open("a") as fh:
+        fh.write("[    0.000000] Linux version 6.1.0-50-amd64\nLoading, please wait...\n")
+    watch.poll()
+    assert watch.login_seen_at is None, watch.shows
+    with log.open("a") as fh:
+        fh.write("g1 login: ")
+    watch.poll()
+    assert watch.login_seen_at is not None
+
+
 def test_a_picked_run_subnet_is_reserved_for_other_runs_until_its_run_is_gone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

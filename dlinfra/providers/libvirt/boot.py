@@ -79,6 +79,16 @@ class ConsoleWatch:
             if line.strip():
                 self.lines.append(_printable(line.strip())[-160:])
 
+    def forget_prompt(self) -> None:
+        """Before a reset: nothing the console showed so far speaks of the next boot. The prompt stays in
+        ``_partial`` (getty prints no newline after it), and the log may hold more of the old boot past ``offset``:
+        read again, either would date the new boot's prompt to its first second."""
+        self.login_seen_at, self._partial = None, ""
+        try:
+            self.offset = self.path.stat().st_size
+        except OSError:
+            pass
+
     @property
     def last_line(self) -> str:
         return self.lines[-1] if self.lines else ""

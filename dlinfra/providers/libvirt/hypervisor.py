@@ -594,9 +594,10 @@ class Hypervisor:
                     f"{self.host}: guest {target.name} showed its login prompt {SSH_AFTER_LOGIN_S:.0f} s ago and "
                     f"does not answer SSH at {target.address} ({self._seen_at(target)}); resetting it once"
                 )
+                watch.forget_prompt()
                 dom.reset(0)
                 self.timings["boot_resets"] = self.timings.get("boot_resets", 0) + 1
-                watch.login_seen_at, may_reset = None, False
+                may_reset = False
             try:
                 with socket.create_connection((target.address, target.port), timeout=3):
                     pass
