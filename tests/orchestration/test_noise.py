@@ -89,6 +89,7 @@ def test_a_hog_on_the_payloads_cpu_flags_reruns_then_calls_the_host_busy(deploye
     assert "contaminated" in shown.stdout and "others %" in shown.stdout
 
 
+@pytest.mark.alone  # the noise it sizes repeats by is the machine's: beside other workers, even 100% was missed
 @pytest.mark.parametrize(
     ("ci_pct", "runs", "said"),
     [(100, 3, "stopped after 3 repeats: every CI half-width <= 100%"), (0.001, 4, "reached max 4 repeats")],
