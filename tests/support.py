@@ -83,6 +83,12 @@ def run_cli(
     )
 
 
+#: The stops of the services this test process started, run by tests/conftest.py's ``pytest_sessionfinish``:
+#: pytest-xdist's workers end without running atexit handlers, so a worker's Ironic or Nova stack outlived the
+#: suite stage and loaded the machine under the ``alone`` stage's measurements.
+SESSION_STOPS: list[Callable[[], None]] = []
+
+
 def session_service(state: dict[str, Any], prefix: str, start: Callable[[Path], Any]) -> Any:
     """A service (Ironic, the Nova stack) started once per test process in a temp folder, stopped and the folder
     removed at exit; its ``env()`` (OS_CLIENT_CONFIG_FILE, OS_CLOUD) goes into os.environ. ``state`` keeps it
@@ -95,10 +101,13 @@ def session_service(state: dict[str, Any], prefix: str, start: Callable[[Path], 
         state["service"] = service
 
         def stop() -> None:
-            service.stop()
-            shutil.rmtree(folder, ignore_errors=True)
+            if not state.get("stopped"):
+                state["stopped"] = True
+                service.stop()
+                shutil.rmtree(folder, ignore_errors=True)
 
-        atexit.register(stop)
+        SESSION_STOPS.append(stop)
+        atexit.register(stop)  # a process that is not a pytest session (a helper script) stops it at exit
     service = state["service"]
     os.environ.update(service.env())
     return service
