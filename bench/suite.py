@@ -3,14 +3,18 @@
 Why from a file, not a run: ``make test`` takes half an hour and is CI's command, so ``make bench`` reads the
 stage timings that the last one wrote (``artifacts/stages.txt``, one line per stage: name, seconds, status; see
 scripts/timed.sh) instead of running it again. Goals (docs/testing.md): ``make check`` (lint and the fast tier)
-within 3 minutes, ``make test`` within 30 minutes with dlinfra's caches warm.
+within 3 minutes, ``make test`` within 30 minutes with dlinfra's caches warm. Measured here: how long a
+``dlinfra`` process takes to start (every hostile case and CLI call of the suite pays it).
 
     python bench/suite.py [artifacts/stages.txt]
 """
 
 from __future__ import annotations
 
+import statistics
+import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +23,18 @@ from figures import Figure, record
 REPO = Path(__file__).resolve().parent.parent
 CHECK_GOAL_S = 180.0
 TEST_GOAL_S = 1800.0
+#: A ``dlinfra`` process that refuses its input or prints help: the suite starts ~500 (each hostile case is one).
+CLI_START_GOAL_S = 0.3
+
+
+def cli_start_s(runs: int = 5) -> float:
+    """Median wall time of ``dlinfra --help`` in a new process (imports included, no connection made)."""
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "dlinfra", "--help"], capture_output=True, check=True, cwd=REPO)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 def read_stages(path: Path) -> dict[str, tuple[float, str]]:
@@ -32,6 +48,7 @@ def read_stages(path: Path) -> dict[str, tuple[float, str]]:
 
 
 def main(argv: list[str]) -> int:
+    record(Figure("suite", "dlinfra CLI start (--help, median of 5)", cli_start_s(), "s", CLI_START_GOAL_S, True))
     path = Path(argv[1]) if len(argv) > 1 else REPO / "artifacts" / "stages.txt"
     if not path.is_file():
         print(f"suite: no stage timings at {path}: run 'make test' first, then 'make bench'")

@@ -131,6 +131,21 @@ class SeriesPoint:
 
 
 @dataclass
+class GpuSample:
+    """One GPU's reading within a system sample, through NVML (:mod:`dlinfra.payload.gpu`). A reading the
+    driver does not support (power on some boards) is None. ``uuid`` tells the same GPU apart when several
+    processes of a host sample it, as the per-node series counts each GPU once."""
+
+    index: int
+    uuid: str = ""
+    util_percent: float | None = None
+    memory_used_bytes: int | None = None
+    power_w: float | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+
+
+@dataclass
 class SystemSample:
     """One per-second sample of the process and its host (seed 004 used sar for the same)."""
 
@@ -141,6 +156,8 @@ class SystemSample:
     net_tx_bytes: int
     disk_read_bytes: int
     disk_write_bytes: int
+    #: Each GPU NVML sees, at the same moment; empty where nothing samples GPUs (``Metrics.gpu_sampling`` says why).
+    gpus: list[GpuSample] = field(default_factory=list)
 
 
 @dataclass
@@ -201,6 +218,9 @@ class Metrics:
     extra: dict[str, Any] = field(default_factory=dict)
     #: What else ran on the payload's CPUs meanwhile; None in older records, or where /proc/stat is unreadable.
     interference: Interference | None = None
+    #: How the system samples got their GPU readings ("nvml: 1 GPU(s): ..."), or why they have none
+    #: ("no GPU sampling: pynvml is not importable ..."); empty in older records.
+    gpu_sampling: str = ""
 
 
 def foreign_cpu_s(record: RunRecord, cell: list[RunRecord]) -> float | None:

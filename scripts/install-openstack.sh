@@ -66,7 +66,10 @@ place() {
   fi
 }
 
-IRONIC_PINS=("ironic==${IRONIC_VERSION}" "SQLAlchemy==${SQLALCHEMY_VERSION}")
+# sushy-tools' Redfish emulator (with libvirt-python, its libvirt driver) stands in front of libvirt guests as
+# their BMC, as in OpenStack's own Ironic CI: tests/redfish_support.py. Ironic's redfish driver uses sushy, which
+# ironic already pulls in.
+IRONIC_PINS=("ironic==${IRONIC_VERSION}" "SQLAlchemy==${SQLALCHEMY_VERSION}" sushy-tools==2.2.0 libvirt-python==12.8.0)
 place DLINFRA_OPENSTACK_VENV .venv-openstack "${IRONIC_PINS[*]}" "${IRONIC_PINS[@]}"
 
 # nova 34 needs keystoneauth1 and oslo.versionedobjects newer than the constraints file had: those two lines

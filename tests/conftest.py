@@ -35,7 +35,11 @@ import support
 #: A test matches a unit when its node id starts with one of the prefixes and, where ids are given, holds one.
 UNITS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     # Keystone, Placement, Glance, Neutron, Nova and Ironic: one stack per worker process, on fixed ports.
-    ("openstack", ("tests/providers/test_ironic.py", "tests/providers/test_nova.py"), ()),
+    (
+        "openstack",
+        ("tests/providers/test_ironic.py", "tests/providers/test_ironic_redfish.py", "tests/providers/test_nova.py"),
+        (),
+    ),
     ("openstack", ("tests/providers/test_conformance.py",), ("[ironic-", "[nova-")),
     # The guests whose boot the tests time (a reset after a silent SSH, a kernel that hangs on purpose) and the
     # pool pruning of the libvirt role, one at a time. Every other guest test is its own unit: runs at once are

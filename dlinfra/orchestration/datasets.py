@@ -31,14 +31,15 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from dlinfra.cache import building, cache_dir, keep_recent
 from dlinfra.errors import DlinfraError, TargetError
-from dlinfra.payload.data import MANIFEST, content_hash
+from dlinfra.payload.dataset_files import MANIFEST, content_hash
 from dlinfra.target import Target
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: How a cell names a declared data set in its ``data``: ``generated:NAME``.
 PREFIX = "generated:"
@@ -166,6 +167,8 @@ def dataset_of(data: Any) -> str | None:
 
 def _palette(classes: int) -> np.ndarray:
     """One base colour per class (hues around the wheel), so a class is told apart by more than its name."""
+    import numpy as np  # here and below: only a build needs numpy (0.07 s to import), not every CLI process
+
     hue = np.arange(classes) / classes
     k = (np.array([5.0, 3.0, 1.0])[None, :] + hue[:, None] * 6) % 6
     return 0.85 - 0.6 * np.clip(np.minimum(k, 4 - k), 0, 1)
@@ -177,6 +180,7 @@ def _image(rng: np.random.Generator, spec: DatasetSpec, colour: np.ndarray) -> A
     Why not noise or flat colour: JPEG sizes (so the bytes read) and decode work depend on the content; this
     mix gives about 60 KB for a 400x300 image at quality 90 (ImageNet's JPEGs average about 110 KB).
     """
+    import numpy as np
     from PIL import Image, ImageDraw
 
     low, high = spec.long_side
@@ -205,6 +209,8 @@ def generate(spec: DatasetSpec, into: Path) -> int:
     generator (seed, class, index), so more images per class leave the first ones as they were. Returns the
     bytes of the images.
     """
+    import numpy as np
+
     colours = _palette(spec.classes)
     total = 0
     for c in range(spec.classes):

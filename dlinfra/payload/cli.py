@@ -1,4 +1,4 @@
-"""Command line of the payload: ``run``, ``identity`` and ``data-hash``.
+"""Command line of the payload: ``run``, ``identity``, ``data-hash`` and ``gpu-probe``.
 
 Parsing and validation happen before TensorFlow is imported, so bad input is
 reported in a second, and ``--cpus`` can pin the process before TF sizes its
@@ -29,6 +29,7 @@ examples:
   TF_CONFIG='{"cluster":{...},"task":{"type":"worker","index":0}}' \\
     python -m dlinfra.payload run --workload mnist-dnn --mode sync
   python -m dlinfra.payload identity
+  python -m dlinfra.payload gpu-probe --mib 256
 """
 
 
@@ -78,6 +79,13 @@ def parser() -> argparse.ArgumentParser:
         "data-hash", help="print the content hash of each data-set folder as JSON (null: no such folder)"
     )
     hashes.add_argument("folders", nargs="+", metavar="FOLDER")
+    gpu = sub.add_parser(
+        "gpu-probe",
+        help="print the first GPU's identity and host-device bandwidth as JSON, through CuPy or PyTorch "
+        "(no TensorFlow); without either, or a GPU, print why",
+    )
+    gpu.add_argument("--mib", type=_positive, default=256, help="MiB per copy (default 256)")
+    gpu.add_argument("--repeats", type=_positive, default=5, help="timed copies each way (default 5)")
     run = sub.add_parser(
         "run",
         help="run one workload and write one JSON result record",
@@ -142,10 +150,19 @@ def main(argv: list[str] | None = None) -> int:
 
         print(json.dumps(identity(), sort_keys=True))
         return 0
+    if args.command == "gpu-probe":  # checks a host's GPU path before a campaign, without TensorFlow
+        from dlinfra.payload.gpu import probe  # deferred: only this command probes a GPU
+
+        if args.mib < 1:
+            sys.stderr.write("dlinfra.payload: error: --mib must be >= 1\n")
+            return 2
+        result = probe(args.mib << 20, args.repeats)
+        print(json.dumps(result, sort_keys=True))
+        return 0 if result.get("library") else 3
     if args.command == "data-hash":  # the controller checks a shipped data set with it, like the payload hash
         from pathlib import Path
 
-        from dlinfra.payload.data import content_hash  # deferred: pulls NumPy; 'identity' starts without it
+        from dlinfra.payload.dataset_files import content_hash  # deferred: 'identity' starts without it
 
         found = {f: content_hash(Path(f)) if Path(f).is_dir() else None for f in args.folders}
         print(json.dumps({"data_hashes": found}, sort_keys=True))

@@ -8,22 +8,19 @@ Every failure names the path and what is wrong with it.
 from __future__ import annotations
 
 import gzip
-import hashlib
-import json
-import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from dlinfra.payload.dataset_files import manifest
 from dlinfra.payload.errors import PayloadError
 
 #: Fraction of a data set without its own test split that is held out for evaluation.
 HELD_OUT = 0.2
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif"}
 #: The manifest dlinfra's generator writes at the top of a generated data set (part of its content and hash).
-MANIFEST = "dlinfra-dataset.json"
 
 
 @dataclass
@@ -229,36 +226,6 @@ def cifar10(path: Path, seed: int) -> DataSet:
 
 
 # -- image folder -------------------------------------------------------------------
-
-
-def content_hash(folder: Path) -> str:
-    """sha256 over every file below ``folder``: its relative POSIX path and its bytes, in sorted path order.
-
-    Why the folder, not the tar it was shipped in: the target keeps the unpacked folder and the payload reads it,
-    so that is what must be proven identical; the controller hashes the folder it tarred with this same function.
-    """
-    files = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames.sort()
-        files += [Path(dirpath) / name for name in filenames]
-    digest = hashlib.sha256()
-    for path in sorted(files, key=lambda p: p.relative_to(folder).as_posix()):
-        digest.update(path.relative_to(folder).as_posix().encode())
-        digest.update(b"\0")
-        with path.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-        digest.update(b"\0")
-    return digest.hexdigest()
-
-
-def manifest(path: Path) -> dict[str, object] | None:
-    """The generator's manifest of a generated data set at ``path``, or None for any other folder."""
-    try:
-        found = json.loads((path / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    return found if isinstance(found, dict) and found.get("generated") is True else None
 
 
 def image_folder(path: Path, seed: int) -> DataSet:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 
+from dlinfra.payload.gpu import GpuSampler
 from dlinfra.record import SystemSample
 
 
@@ -72,12 +73,16 @@ class SystemSampler:
     CPU % is this process's (100 = one core busy), RSS its resident memory,
     network bytes the host's (the container's, in a container) and disk bytes
     the process's own reads and writes, all counted from the sampler's start.
+    Each GPU NVML sees is read in the same sample where pynvml is importable
+    (:mod:`dlinfra.payload.gpu`); ``gpu_note`` says which, or why none.
     """
 
     def __init__(self, started: float, interval: float = 1.0) -> None:
         self.started = started
         self.interval = interval
         self.samples: list[SystemSample] = []
+        self._gpus = GpuSampler()
+        self.gpu_note = self._gpus.note
         self._stop = threading.Event()
         self._proc = psutil.Process()
         self._base_net = self._net()
@@ -113,6 +118,7 @@ class SystemSampler:
             net_tx_bytes=max(0, net[1] - self._base_net[1]),
             disk_read_bytes=max(0, disk[0] - self._base_disk[0]),
             disk_write_bytes=max(0, disk[1] - self._base_disk[1]),
+            gpus=self._gpus.read(),
         )
 
     def _loop(self) -> None:
@@ -126,8 +132,11 @@ class SystemSampler:
     def stop(self) -> list[SystemSample]:
         """Stop and return the samples, plus a last one so short runs have at least one."""
         self._stop.set()
+        if self._thread.is_alive():  # a sample under way finishes before NVML closes under it
+            self._thread.join(self.interval + 5.0)
         if not self.samples or time.time() - self.started - self.samples[-1].elapsed_s > 0.2:
             self.samples.append(self.sample())
+        self._gpus.close()
         return list(self.samples)
 
 

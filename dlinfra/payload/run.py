@@ -91,6 +91,7 @@ class Run:
         m.extra["phases_s"] = dict(self.phases.durations)
         if self.sampler is not None:
             m.system = self.sampler.stop()
+            m.gpu_sampling = self.sampler.gpu_note
         if self.interference is not None:
             m.interference = self.interference.stop()
         m.global_step = self.global_step

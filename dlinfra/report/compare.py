@@ -170,9 +170,14 @@ def compare_cells(a: Side, b: Side, metric: Metric, seed: int, threshold_pct: fl
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+    """Nested metadata as one field per value; a list of mappings (the testbed's ``gpus``) by position, so a
+    changed driver reads ``testbed.gpus[0].driver`` and not a whole list against another."""
     if isinstance(value, dict):
         for k, v in value.items():
             _flatten(f"{prefix}.{k}", v, out)
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        for i, v in enumerate(value):
+            _flatten(f"{prefix}[{i}]", v, out)
     else:
         out[prefix] = json.dumps(value, sort_keys=True, default=str) if isinstance(value, list) else str(value)
 

@@ -125,9 +125,10 @@ def compact_series(frame: pd.DataFrame) -> pd.DataFrame:
         for column, peak in (("cpu_pct", "max_cpu_pct"), ("rss_mb", "max_rss_mb")):
             row[column] = sparkline(group[column])
             row[peak] = group[column].max()
-        for column in ("rx_mb_s", "tx_mb_s"):
-            row[column] = sparkline(group[column])
-            row[f"max_{column}"] = group[column].max()
+        for column in ("rx_mb_s", "tx_mb_s", "gpu_util_pct", "gpu_mem_mb", "gpu_power_w"):
+            if column in group:  # the GPU columns: only where the payload sampled GPUs
+                row[column] = sparkline(group[column])
+                row[f"max_{column}"] = group[column].max()
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -107,6 +107,23 @@ def _rates(samples: list[dict[str, Any]], field: str) -> tuple[float, float]:
     return (float(mean), float((db[ok] / dt[ok]).max() / 1e6))
 
 
+def _peak(readings: list[dict[str, Any]], field: str, scale: float = 1.0) -> float:
+    values = [r[field] for r in readings if r.get(field) is not None]
+    return max(values) / scale if values else np.nan
+
+
+def gpu_peaks(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """A process's GPU readings at their peak (any one GPU): utilisation %, memory used (MB), power (W); NaN
+    without GPU readings (older records, or no NVML on the target)."""
+    readings = [g for s in samples for g in s.get("gpus") or []]
+    return {
+        "gpus": len({g.get("uuid") or g["index"] for g in readings}),
+        "max_gpu_util_pct": _peak(readings, "util_percent"),
+        "max_gpu_mem_mb": _peak(readings, "memory_used_bytes", 1e6),
+        "max_gpu_power_w": _peak(readings, "power_w"),
+    }
+
+
 def load_runs(store: ResultsStore, campaign_id: str) -> pd.DataFrame:
     """One row per process per run, with the parsed record's config, step samples, system samples (for the
     per-node series) and their summary."""
@@ -137,6 +154,7 @@ def load_runs(store: ResultsStore, campaign_id: str) -> pd.DataFrame:
                 "max_tx_mb_s": tx_max,
                 "max_accuracy": max(accuracy, default=np.nan),
                 "system_samples": system,
+                **gpu_peaks(system),
                 "cpu_ids": list(prov.get("cpu_set") or []),
                 "_workers_cfg": _first_int(cfg, WORKER_KEYS),
                 "_ps_cfg": _first_int(cfg, PS_KEYS),

@@ -159,21 +159,26 @@ def compare_plots(report: Report) -> list[tuple[str, str]]:
 
 
 def series_plots(report: Report) -> list[tuple[str, str]]:
-    """Per run: CPU %, memory and network rx/tx of each node over time (seed 004's sar figures)."""
+    """Per run: CPU %, memory and network rx/tx of each node over time (seed 004's sar figures), and GPU
+    utilisation where the payload sampled GPUs."""
     frame = report.views.get("series")
     if frame is None or frame.empty:
         return []
     plots = []
     runs = list(frame.groupby(["workload", "config", "layer", "repeat"], sort=False))
+    gpu = "gpu_util_pct" in frame and bool(frame["gpu_util_pct"].notna().any())
+    ylabels = ("CPU % (100 = one core)", "memory (MB, RSS)", "network (MB/s)") + (("GPU % (mean of GPUs)",) * gpu)
     for (workload, config, layer, repeat), run in runs[:MAX_GROUPS]:
-        fig, axes = plt.subplots(1, 3, figsize=(11.0, 2.8))
+        fig, axes = plt.subplots(1, len(ylabels), figsize=(11.0 + 3.5 * gpu, 2.8))
         for node, curve in run.groupby("node", sort=True):
             label = f"{node} ({curve['roles'].iloc[0]})"
             axes[0].plot(curve["t_s"], curve["cpu_pct"], label=label)
             axes[1].plot(curve["t_s"], curve["rss_mb"], label=label)
             axes[2].plot(curve["t_s"], curve["rx_mb_s"], label=f"{label} rx")
             axes[2].plot(curve["t_s"], curve["tx_mb_s"], "--", label=f"{label} tx")
-        for ax, ylabel in zip(axes, ("CPU % (100 = one core)", "memory (MB, RSS)", "network (MB/s)"), strict=True):
+            if gpu:
+                axes[3].plot(curve["t_s"], curve["gpu_util_pct"], label=label)
+        for ax, ylabel in zip(axes, ylabels, strict=True):
             ax.set_xlabel("s since the run began")
             ax.set_ylabel(ylabel)
         axes[0].legend(fontsize=6)

@@ -6,8 +6,9 @@
 - shared: each layer's degradation next to a background job against the same cell alone (seed 002).
 - sync_async: sync vs async time-to-accuracy (seed 004).
 - run_times: best and worst total run time per layer (seed 000, figures 9-10).
-- system: per role, max CPU, max RSS, network rates (seed 004, tables 3, 4, 6).
-- series: per node and second, CPU, memory and network rx/tx (seed 004's sar series; ``--view series``).
+- system: per role, max CPU, max RSS, network rates (seed 004, tables 3, 4, 6), and GPU peaks where sampled.
+- series: per node and second, CPU, memory and network rx/tx (seed 004's sar series; ``--view series``), and
+  the node's GPUs where sampled.
 - step_times: the distribution of per-step times per layer.
 """
 
@@ -411,9 +412,14 @@ def run_times_view(elapsed: pd.DataFrame) -> pd.DataFrame:
     return frame.astype({"ps": int, "workers": int, "runs": int}) if not frame.empty else frame
 
 
+#: The system view's GPU columns: shown only when some run sampled a GPU (NVML on the target).
+GPU_SYSTEM_COLUMNS = ["gpus", "max_gpu_util_pct", "max_gpu_mem_mb", "max_gpu_power_w"]
+
+
 def system_view(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per workload x config x layer x role: max CPU %, max RSS, mean and max network rates (seed 004), and the
-    largest share of the payload's CPUs that other programs (and the host, as steal) took during a run."""
+    """Per workload x config x layer x role: max CPU %, max RSS, mean and max network rates (seed 004), the
+    largest share of the payload's CPUs that other programs (and the host, as steal) took during a run, and,
+    where the payload sampled GPUs, their peak utilisation, memory and power (any one GPU) and their count."""
     columns = [
         "workload",
         "config",
@@ -448,11 +454,14 @@ def system_view(runs: pd.DataFrame) -> pd.DataFrame:
             tx_mb_s=("tx_mb_s", "median"),
             max_rx_mb_s=("max_rx_mb_s", "max"),
             max_tx_mb_s=("max_tx_mb_s", "max"),
+            **{c: (c, "max") for c in GPU_SYSTEM_COLUMNS if c in good},
         )
         .reset_index()
         .rename(columns={"config_label": "config"})
     )
     frame = frame.dropna(subset=["max_cpu_pct", "max_rss_mb"], how="all")
+    if "max_gpu_util_pct" in frame and frame[GPU_SYSTEM_COLUMNS[1:]].notna().any().any():
+        columns += GPU_SYSTEM_COLUMNS
     return frame[columns].reset_index(drop=True)
 
 
@@ -498,13 +507,58 @@ def _process_points(row: Any, offset: float) -> pd.DataFrame:
     return points
 
 
+#: The series' GPU columns, present when some run sampled a GPU: per node and second, the GPUs seen, their mean
+#: utilisation and clocks, and their memory used and power summed.
+GPU_SERIES_COLUMNS = ["gpus", "gpu_util_pct", "gpu_mem_mb", "gpu_power_w", "gpu_sm_mhz", "gpu_mem_mhz"]
+_GPU_FIELDS = {
+    "util": "util_percent",
+    "mem": "memory_used_bytes",
+    "power": "power_w",
+    "sm": "sm_clock_mhz",
+    "memclk": "mem_clock_mhz",
+}
+
+
+def _gpu_points(row: Any, offset: float) -> pd.DataFrame:
+    """One process's GPU readings, one row per sample and GPU, as seconds since its run began."""
+    rows = [
+        {
+            "t": float(s["elapsed_s"]) + offset,
+            "gpu": g.get("uuid") or str(g["index"]),
+            **{k: np.nan if g.get(f) is None else float(g[f]) for k, f in _GPU_FIELDS.items()},
+        }
+        for s in row["system_samples"] or []
+        for g in s.get("gpus") or []
+    ]
+    return pd.DataFrame(rows)
+
+
+def _gpu_per_second(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """A node's GPUs per second (index ``t_s``). Each GPU counts once: every process of a node may read it."""
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame()
+    points = pd.concat(parts, ignore_index=True)
+    points["t_s"] = np.floor(points["t"]).astype(int)
+    per_gpu = points.groupby(["t_s", "gpu"])[list(_GPU_FIELDS)].mean()
+    return per_gpu.groupby("t_s").agg(
+        gpus=("util", "size"),
+        gpu_util_pct=("util", "mean"),
+        gpu_mem_mb=("mem", lambda m: m.sum(min_count=1) / 1e6),
+        gpu_power_w=("power", lambda w: w.sum(min_count=1)),
+        gpu_sm_mhz=("sm", "mean"),
+        gpu_mem_mhz=("memclk", "mean"),
+    )
+
+
 def series_view(runs: pd.DataFrame) -> pd.DataFrame:
     """Per run x node x second: the node's CPU %, memory and network rx/tx, like seed 004's sar series.
 
     The payload samples each process every second (CPU % and RSS its own, network bytes its host's or
     container's). A node's point sums its processes' CPU % (100 = one core; ``cpu_util_pct`` divides by the
     CPUs they may use, as sar's %CPU) and RSS, and its network rate counts each network namespace once (every
-    process of a host sees the same counter). Time is seconds since the run's first process started.
+    process of a host sees the same counter). Time is seconds since the run's first process started. Where the
+    payload sampled GPUs (NVML), the GPU columns (:data:`GPU_SERIES_COLUMNS`) follow; each GPU counts once.
     """
     good = runs[runs["status"] == "ok"] if not runs.empty else runs
     if good.empty or "system_samples" not in good:
@@ -514,7 +568,8 @@ def series_view(runs: pd.DataFrame) -> pd.DataFrame:
         starts = pd.to_datetime(run["start_utc"], utc=True, format="ISO8601")
         first = starts.min()
         for node, procs in run.groupby("physical_host", sort=True):
-            parts = [_process_points(row, (starts[i] - first).total_seconds()) for i, row in procs.iterrows()]
+            offsets = {i: (starts[i] - first).total_seconds() for i in procs.index}
+            parts = [_process_points(row, offsets[i]) for i, row in procs.iterrows()]
             parts = [p for p in parts if not p.empty]
             if not parts:
                 continue
@@ -533,6 +588,8 @@ def series_view(runs: pd.DataFrame) -> pd.DataFrame:
                 rx_mb_s=("rx", lambda r: r.sum(min_count=1)),
                 tx_mb_s=("tx", lambda r: r.sum(min_count=1)),
             )
+            gpus = _gpu_per_second([_gpu_points(row, offsets[i]) for i, row in procs.iterrows()])
+            per_node = per_node.join(gpus, how="left") if not gpus.empty else per_node
             first_row = procs.iloc[0]
             cpus = len({c for ids in procs["cpu_ids"] for c in ids}) or math.nan
             roles = sorted(f"{r}{i}" for r, i in zip(procs["role"], procs["task_index"], strict=True))
@@ -547,10 +604,11 @@ def series_view(runs: pd.DataFrame) -> pd.DataFrame:
             )
             frame["rss_mb"] = frame["rss_mb"] / 1e6
             frame["cpu_util_pct"] = frame["cpu_pct"] / cpus
-            frames.append(frame[SERIES_COLUMNS])
+            frames.append(frame[[c for c in SERIES_COLUMNS + GPU_SERIES_COLUMNS if c in frame]])
     if not frames:
         return pd.DataFrame(columns=SERIES_COLUMNS)
     out = pd.concat(frames, ignore_index=True)
+    out = out[[c for c in SERIES_COLUMNS + GPU_SERIES_COLUMNS if c in out]]
     return out.sort_values(["workload", "config", "layer", "repeat", "node", "t_s"], kind="stable").reset_index(
         drop=True
     )

@@ -7,6 +7,10 @@ database server: ``auth_strategy = noauth``, ``rpc_transport = none``, sqlite,
 and the ``fake-hardware`` hardware type (every interface fake: nodes go
 through the real state machine, enroll -> manage -> available -> deploying ->
 active -> deleted -> cleaning -> available, without a machine behind them).
+The ``redfish`` hardware type is enabled beside it: a node behind a Redfish
+BMC (sushy-tools' emulator in front of a libvirt guest: tests/redfish_support.py)
+is really powered and given its boot device; a node gets each interface from the
+first enabled one its hardware type supports, so fake nodes stay all fake.
 
 Ironic lives in its own venv (``scripts/install-openstack.sh``, ``make openstack``;
 ``$DLINFRA_OPENSTACK_VENV``, default ``<repo>/.venv-openstack``): its pinned
@@ -38,15 +42,15 @@ VENV_VAR = "DLINFRA_OPENSTACK_VENV"
 CLOUD_NAME = "dlinfra-ironic"
 
 _CONF = """\
-# Written by dlinfra.testbed.ironic: standalone Ironic (noauth, no message queue, sqlite, fake-hardware).
+# Written by dlinfra.testbed.ironic: standalone Ironic (noauth, no message queue, sqlite, fake-hardware and redfish).
 [DEFAULT]
 auth_strategy = noauth
 rpc_transport = none
-enabled_hardware_types = fake-hardware
-enabled_boot_interfaces = fake
-enabled_deploy_interfaces = fake
-enabled_management_interfaces = fake
-enabled_power_interfaces = fake
+enabled_hardware_types = fake-hardware,redfish
+enabled_boot_interfaces = fake,redfish-virtual-media
+enabled_deploy_interfaces = fake,ramdisk
+enabled_management_interfaces = fake,redfish
+enabled_power_interfaces = fake,redfish
 enabled_inspect_interfaces = no-inspect
 enabled_network_interfaces = noop
 enabled_raid_interfaces = fake,no-raid
@@ -89,7 +93,9 @@ def ironic_available() -> bool:
     return (bin_dir / "ironic").is_file() and (bin_dir / "ironic-dbsync").is_file()
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a service of the tests' OpenStack stacks (Ironic, Nova's, the
+    Redfish emulator) to listen on."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -138,7 +144,7 @@ class IronicService:
             )
         self.state_dir = Path(state_dir).resolve()
         (self.state_dir / "locks").mkdir(parents=True, exist_ok=True)
-        self.port = _free_port()
+        self.port = free_port()
         conf = self.state_dir / "ironic.conf"
         text = _CONF.replace("@STATE@", str(self.state_dir)).replace("@PORT@", str(self.port))
         if self.deploy_delay is not None:

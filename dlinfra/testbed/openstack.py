@@ -31,7 +31,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -44,6 +43,7 @@ from typing import Any
 import yaml
 
 from dlinfra.errors import DlinfraError
+from dlinfra.testbed.ironic import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_VAR = "DLINFRA_NOVA_VENV"
@@ -78,12 +78,6 @@ def nova_available() -> bool:
 
 def _mariadbd() -> str | None:
     return shutil.which("mariadbd") or next((p for p in ("/usr/sbin/mariadbd",) if Path(p).is_file()), None)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _auth_section(name: str, user: str, password: str, keystone: str) -> str:
@@ -154,7 +148,7 @@ class OpenStackServices:
         self.state_dir = Path(state_dir).resolve()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.chmod(0o700)
-        self.ports = {name: _free_port() for name in ("keystone", "placement", "glance", "neutron", "nova")}
+        self.ports = {name: free_port() for name in ("keystone", "placement", "glance", "neutron", "nova")}
         self._deadline = time.monotonic() + self.start_timeout
         try:
             for step in (self._mariadb, self._keystone, self._catalog, self._placement, self._glance,

@@ -4,7 +4,7 @@ Why one place: fabric's default accepts unknown host keys (``AutoAddPolicy``)
 and reads the user's ``~/.ssh/config``; OpenSSH and Ansible each take their
 own flags. Every dlinfra connection instead rejects unknown keys, reads only
 the target's own known_hosts and behaves the same for every user, whichever of
-the three carries it: :func:`connect` (fabric, for the run engine),
+the three carries it: :func:`~dlinfra.transport.fabric_link.connect` (fabric, for the run engine),
 :meth:`SshEndpoint.argv` (OpenSSH, for engines driven over SSH and boot
 probes) and :meth:`SshEndpoint.ansible_vars` (Ansible). Remote commands are
 built from argument lists with each argument quoted (:func:`remote_command`),
@@ -18,13 +18,12 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import paramiko
-from fabric import Config, Connection
-
-from dlinfra.errors import TargetError, Unreachable
 from dlinfra.transport.base import CommandResult, LinkLost, Transport
+
+if TYPE_CHECKING:
+    from fabric import Connection
 
 #: Ansible's OpenSSH options (its ansible.cfg): one multiplexed connection per host, host keys always checked.
 ANSIBLE_SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=30s -o StrictHostKeyChecking=yes -o BatchMode=yes"
@@ -99,66 +98,17 @@ class SshEndpoint:
         return hv
 
 
-class _UnknownHostKey(paramiko.SSHException):
-    """The host's key is in no known_hosts file: told apart by its type, not by paramiko's message."""
-
-
-class _RefuseUnknownKey(paramiko.MissingHostKeyPolicy):
-    """paramiko's RejectPolicy, raising :class:`_UnknownHostKey`."""
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        raise _UnknownHostKey(hostname)
-
-
-def connect(endpoint: SshEndpoint, timeout: float = 10.0) -> Connection:
-    """An open fabric connection; errors name the host and say what to do."""
-    config = Config(overrides={"load_ssh_configs": False, "run": {"in_stream": False}})
-    connect_kwargs: dict[str, object] = {"allow_agent": False, "look_for_keys": endpoint.key_file is None}
-    if endpoint.key_file:
-        connect_kwargs["key_filename"] = [endpoint.key_file]
-    conn = Connection(
-        host=endpoint.address,
-        user=endpoint.user,
-        port=endpoint.port,
-        config=config,
-        connect_timeout=timeout,
-        connect_kwargs=connect_kwargs,
-    )
-    conn.client.set_missing_host_key_policy(_RefuseUnknownKey())
-    known = endpoint.known_hosts_path()
-    if known.exists():
-        conn.client.load_host_keys(str(known))
-    where = endpoint.where
-    try:
-        conn.open()
-    except paramiko.BadHostKeyException:
-        raise TargetError(
-            f"{where}: host key does not match {known}", "someone may be intercepting; check the key and update it"
-        ) from None
-    except paramiko.AuthenticationException:
-        raise TargetError(f"{where}: SSH authentication failed", "check ansible_user and the private key") from None
-    except _UnknownHostKey:
-        raise TargetError(
-            f"{where}: host key is not in {known}", "add it (ssh-keyscan, checked by hand) or set dlinfra_known_hosts"
-        ) from None
-    except paramiko.SSHException as exc:
-        raise TargetError(f"{where}: SSH failed: {exc}") from None
-    except (TimeoutError, OSError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise Unreachable(f"{where} is unreachable: {reason}", "is the host up and its sshd running?") from None
-    transport = conn.client.get_transport()
-    if transport is not None:
-        transport.set_keepalive(5)
-    return conn
-
-
 class SshTransport(Transport):
     """A target over one persistent SSH connection (fabric): commands on channels, files over SFTP."""
 
     def __init__(self, endpoint: SshEndpoint, timeout: float = 10.0) -> None:
+        # Imported here: fabric and paramiko take ~0.1 s to import, which every dlinfra process that never
+        # connects (a refused spec, a report, a sweep with nothing to do) would pay.
+        from dlinfra.transport.fabric_link import connect
+
         self.endpoint = endpoint
         self.name = endpoint.name
-        self.conn = connect(endpoint, timeout)
+        self.conn: Connection = connect(endpoint, timeout)
 
     def run(
         self,

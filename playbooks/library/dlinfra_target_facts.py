@@ -4,8 +4,9 @@
 Why a module and not setup's ``platform`` and ``hardware`` subsets plus one task per file: on a loaded 2-core
 testbed each task is a round trip of a second or more, the hardware subset walks every mount and block device
 (dlinfra keeps none of it), and the platform subset resolves the host's FQDN, which waits out the resolver's
-timeout (10 s) on a host without DNS. This reads uname, /proc and /sys once and asks nvidia-smi where there is
-one. Reads only.
+timeout (10 s) on a host without DNS. This reads uname, /proc and /sys once and asks NVML (the ``pynvml``
+module of nvidia-ml-py, where the Python that runs the module has it) or else nvidia-smi about the GPUs. Reads
+only. The GPU readers are plain functions so ``scripts/gpu-check.py`` can call them without Ansible.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from __future__ import annotations
 import glob
 import os
 import platform
+import re
 import shutil
+from collections.abc import Callable
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -21,8 +25,9 @@ DOCUMENTATION = r"""
 module: dlinfra_target_facts
 short_description: Kernel, CPU, memory, NUMA and GPU facts of a benchmark target, read in one round trip
 description:
-  - Reads C(uname), C(/proc/cpuinfo), C(/proc/meminfo) and C(/sys/devices/system) and, where C(nvidia-smi) is on the
-    PATH, the GPUs' model, driver and clocks. Changes nothing.
+  - Reads C(uname), C(/proc/cpuinfo), C(/proc/meminfo) and C(/sys/devices/system) and the GPUs' model, driver,
+    CUDA version, memory, PCIe link and maximum clocks, through NVML (C(pynvml)) where it is importable, else
+    C(nvidia-smi) where it is on the PATH. Changes nothing.
 options:
   flags:
     description: The CPU flags to report when present (the rest are left out).
@@ -45,7 +50,15 @@ governor: {description: cpu0's frequency governor, or none, type: str, returned:
 smt: {description: SMT state from sysfs (1, 0), or unknown, type: str, returned: always}
 numa_nodes: {description: NUMA nodes sysfs lists (0 when it lists none), type: int, returned: always}
 memory_mb: {description: MemTotal in MiB, type: int, returned: always}
-gpus: {description: One CSV line per GPU (name, driver, max SM clock, max memory clock), type: list, returned: always}
+gpus:
+  description:
+    - One mapping per GPU, by NVML index - index, model, driver, cuda, memory_mb, pcie_gen and pcie_width (the
+      most GPU and slot allow; the link now is left out, as an idle GPU trains it down and compare would flag
+      it), sm_clock_max_mhz, mem_clock_max_mhz and source (nvml or nvidia-smi). A value not given is null.
+    - Empty without a GPU, or where neither NVML nor nvidia-smi answers.
+  type: list
+  elements: dict
+  returned: always
 """
 
 
@@ -66,12 +79,114 @@ def _first_cpu(cpuinfo: str) -> dict[str, str]:
     return fields
 
 
-def _gpus(module: AnsibleModule) -> list[str]:
+#: nvidia-smi's names of the fields of a GPU fact, in the order of its CSV columns.
+SMI_FIELDS = (
+    ("index", "index"),
+    ("name", "model"),
+    ("driver_version", "driver"),
+    ("memory.total", "memory_mb"),
+    ("pcie.link.gen.max", "pcie_gen"),
+    ("pcie.link.width.max", "pcie_width"),
+    ("clocks.max.sm", "sm_clock_max_mhz"),
+    ("clocks.max.mem", "mem_clock_max_mhz"),
+)
+_TEXT_FACTS = ("model", "driver")
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _nvml_gpu(nvml: Any, index: int, driver: str, cuda: str | None) -> dict[str, Any]:
+    """One GPU's facts through NVML; a reading the board does not support is None."""
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+
+    def read(call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(handle, *args)
+        except nvml.NVMLError:
+            return None
+
+    memory = read(nvml.nvmlDeviceGetMemoryInfo)
+    return {
+        "index": index,
+        "model": _text(read(nvml.nvmlDeviceGetName) or ""),
+        "driver": driver,
+        "cuda": cuda,
+        "memory_mb": None if memory is None else int(memory.total) // (1024 * 1024),
+        "pcie_gen": read(nvml.nvmlDeviceGetMaxPcieLinkGeneration),
+        "pcie_width": read(nvml.nvmlDeviceGetMaxPcieLinkWidth),
+        "sm_clock_max_mhz": read(nvml.nvmlDeviceGetMaxClockInfo, nvml.NVML_CLOCK_SM),
+        "mem_clock_max_mhz": read(nvml.nvmlDeviceGetMaxClockInfo, nvml.NVML_CLOCK_MEM),
+        "source": "nvml",
+    }
+
+
+def gpus_nvml() -> list[dict[str, Any]] | None:
+    """The GPUs' facts through NVML, or None where pynvml is not importable or NVML does not start."""
+    try:
+        import pynvml  # optional: nvidia-ml-py on a GPU host; nvidia-smi is asked otherwise
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except (pynvml.NVMLError, OSError):  # no driver, or libnvidia-ml.so is missing
+        return None
+    try:
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        try:
+            version = int(pynvml.nvmlSystemGetCudaDriverVersion())  # 12040 for CUDA 12.4
+            cuda: str | None = f"{version // 1000}.{version % 1000 // 10}"
+        except pynvml.NVMLError:
+            cuda = None
+        return [_nvml_gpu(pynvml, i, driver, cuda) for i in range(pynvml.nvmlDeviceGetCount())]
+    except pynvml.NVMLError:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:  # already down
+            pass
+
+
+def _smi_value(fact: str, value: str) -> Any:
+    """A CSV cell of nvidia-smi (``--format=csv,noheader,nounits``) as a fact: null for [N/A] and the like."""
+    value = value.strip()
+    if not value or value.startswith("[") or value in ("N/A", "Unknown"):
+        return None
+    if fact in _TEXT_FACTS:
+        return value
+    try:
+        return int(float(value))
+    except ValueError:
+        return None
+
+
+def gpus_smi(run: Callable[[list[str]], tuple[int, str, str]]) -> list[dict[str, Any]]:
+    """The GPUs' facts from nvidia-smi: one CSV query, and its banner for the CUDA version (the query has none)."""
     if shutil.which("nvidia-smi") is None:
         return []
-    query = "--query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem"
-    rc, out, _ = module.run_command(["nvidia-smi", query, "--format=csv,noheader"])
-    return [line.strip() for line in out.splitlines() if line.strip()] if rc == 0 else []
+    query = "--query-gpu=" + ",".join(name for name, _ in SMI_FIELDS)
+    rc, out, _ = run(["nvidia-smi", query, "--format=csv,noheader,nounits"])
+    if rc != 0:
+        return []
+    rc, banner, _ = run(["nvidia-smi"])
+    found = re.search(r"CUDA Version:\s*([0-9.]+)", banner) if rc == 0 else None
+    gpus = []
+    for line in out.splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) != len(SMI_FIELDS):
+            continue
+        gpu = {fact: _smi_value(fact, cells[i]) for i, (_, fact) in enumerate(SMI_FIELDS)}
+        gpu.update(cuda=found.group(1) if found else None, source="nvidia-smi")
+        gpus.append(gpu)
+    return gpus
+
+
+def gpu_facts(run: Callable[[list[str]], tuple[int, str, str]]) -> list[dict[str, Any]]:
+    """NVML first (no process, and it answers where nvidia-smi is not on the PATH), nvidia-smi second."""
+    found = gpus_nvml()
+    return found if found else gpus_smi(run)
 
 
 def main() -> None:
@@ -97,7 +212,7 @@ def main() -> None:
         smt=_read("/sys/devices/system/cpu/smt/active", "unknown"),
         numa_nodes=len(glob.glob("/sys/devices/system/node/node[0-9]*")),
         memory_mb=int(mem_kb) // 1024,
-        gpus=_gpus(module),
+        gpus=gpu_facts(module.run_command),
     )
 
 

@@ -27,11 +27,14 @@ PORT = 2222
 
 
 def test_ps_async_across_containers_on_the_bridge_network(docker: Engine, run_id: str, tmp_path: Path) -> None:
+    from dlinfra.images.deps_archive import build_deps_archive
     from dlinfra.images.wheelhouse import build_wheelhouse
     from dlinfra.providers.containers.image import build_payload_image
 
     wheelhouse = build_wheelhouse()
-    image = build_payload_image(docker, wheelhouse.path, wheelhouse.lock)
+    # With the dependencies archive, as the ctr provider builds it: the suite's other tests' image, not a third
+    # dependencies image (pip-installed TensorFlow, minutes) that pushed theirs out of the engine.
+    image = build_payload_image(docker, wheelhouse.path, wheelhouse.lock, deps_archive=build_deps_archive(wheelhouse))
     roles = [("ps", 0), ("worker", 0), ("chief", 0)]
     addresses = {}
     for role, index in roles:

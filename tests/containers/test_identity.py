@@ -7,6 +7,8 @@ later runs reuse the cached third-party layer and rebuild only dlinfra's (second
 from __future__ import annotations
 
 import json
+import secrets
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +75,37 @@ def test_container_payload_hash_equals_bm_and_records_its_cpuset(engine: Engine,
     assert prov["payload_hash"] == before
     assert prov["layer"] == "ctr" and prov["status"] == "ok"
     assert record["metrics"]["examples_per_sec"] > 0
+
+
+def test_a_dependencies_image_rebuilt_under_its_tag_gets_a_payload_image_of_its_own(
+    docker: Engine, tiny_wheelhouse: Path, tmp_path: Path
+) -> None:
+    """Seen in CI: the dependencies image was pruned and rebuilt under its tag (new layers), the payload image keyed
+    by that tag was reused, and its top layer no longer sat on the dependencies image a ctr-vm guest holds ("does not
+    sit on ... its layers differ"). Built over a base of its own: another line of builds, so the suite's images are
+    neither pruned nor rebuilt by this test."""
+    from dlinfra.providers.containers.image import base_image, layer_ids, save_layers_above
+
+    base = f"dlinfra-idtest-{secrets.token_hex(3)}:base"
+    (tmp_path / "marker").write_text(base)
+    cid = docker.run("create", base_image(docker), "true").stdout.strip()
+    made, thin = [base], None
+    try:
+        docker.run("cp", str(tmp_path / "marker"), f"{cid}:/marker")
+        docker.run("commit", cid, base)
+        first = build_payload_image(docker, tiny_wheelhouse, base=base)
+        made += [first.tag, first.deps_tag]
+        docker.run("rmi", first.deps_tag)  # untagged, as the pruning did; the payload image keeps the layers
+        second = build_payload_image(docker, tiny_wheelhouse, base=base)
+        made += [second.tag]
+        assert second.deps_tag == first.deps_tag and second.deps_id != first.deps_id  # rebuilt under its tag
+        assert second.tag != first.tag  # so the payload image is built again, over the new one
+        thin = save_layers_above(docker, second.tag, second.deps_tag)  # raised "does not sit on" before
+        below, whole = layer_ids(docker, second.deps_tag), layer_ids(docker, second.tag)
+        assert whole[: len(below)] == below and len(whole) > len(below)
+    finally:
+        docker.run("rm", "-f", cid, check=False)
+        for ref in reversed(made):
+            docker.run("rmi", ref, check=False)
+        if thin is not None:
+            shutil.rmtree(thin.parent, ignore_errors=True)  # this throwaway image's cached archives

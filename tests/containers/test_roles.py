@@ -29,7 +29,7 @@ from support import REPO, need_binary
 from dlinfra.images.deps_archive import PROBE, build_deps_archive
 from dlinfra.images.wheelhouse import Wheelhouse, deps_hash
 from dlinfra.providers.containers.engine import Engine
-from dlinfra.providers.containers.image import save_image, split_lock
+from dlinfra.providers.containers.image import layer_ids, save_image, save_layers_above, split_lock
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -109,6 +109,49 @@ def test_payload_image_role_loads_only_when_missing(tmp_path: Path, docker: Engi
     finally:
         docker.run("rmi", ref, check=False)
         shutil.rmtree(tarball.parent, ignore_errors=True)  # this throwaway tag's cached tarball
+
+
+def test_only_the_layers_above_the_dependencies_image_ship_and_load(
+    tmp_path: Path, docker: Engine, docker_tiny
+) -> None:
+    """What a ctr-vm guest gets after a source edit: its image holds the dependencies image, so only the payload
+    image's own layer is archived (``save_layers_above``), and the payload_image role's load of that archive
+    into an engine holding the dependencies image gives back the whole image, files of the top layer included."""
+    need_binary("ansible-playbook")
+    assert docker_tiny.deps_tag and docker.exists("image", docker_tiny.deps_tag)
+    ref = f"dlinfra-roletest-{secrets.token_hex(3)}:1"
+    marker = secrets.token_hex(8)  # a top layer of its own, which no other image shares
+    cid = docker.run("create", docker_tiny.tag, "true").stdout.strip()
+    thin = None
+    try:
+        (tmp_path / "marker").write_text(marker)
+        docker.run("cp", str(tmp_path / "marker"), f"{cid}:/opt/dlinfra/marker")
+        docker.run("commit", cid, ref)
+        thin = save_layers_above(docker, ref, docker_tiny.deps_tag)
+        whole = save_image(docker, ref)
+        with tarfile.open(thin) as archive, tarfile.open(whole) as full:
+            layers = json.loads(full.extractfile("manifest.json").read())[0]["Layers"]  # type: ignore[union-attr]
+            below = len(layer_ids(docker, docker_tiny.deps_tag))
+            names = set(archive.getnames())
+        assert not names & set(layers[:below])  # the dependencies' layers are left out
+        assert set(layers[below:]) <= names and "manifest.json" in names
+        assert thin.stat().st_size < whole.stat().st_size / 2
+
+        docker.run("rmi", ref)  # its own layers go with it; the dependencies image stays
+        extra = {
+            "payload_image_tarball": str(thin),
+            "payload_image_ref": ref,
+            "payload_image_engine": "docker",
+            "payload_image_stage_dir": str(tmp_path / "stage"),
+        }
+        assert _play(tmp_path, "payload_image", extra)["changed"] >= 1
+        shown = docker.run("run", "--rm", "--network", "none", ref, "cat", "/opt/dlinfra/marker").stdout
+        assert shown.strip() == marker
+    finally:
+        docker.run("rm", "-f", cid, check=False)
+        docker.run("rmi", ref, check=False)
+        if thin is not None:
+            shutil.rmtree(thin.parent, ignore_errors=True)  # this throwaway image's cached archives
 
 
 def test_podman_host_role_writes_and_removes_its_drop_in(tmp_path: Path, podman: Engine) -> None:

@@ -20,7 +20,7 @@ from dlinfra.orchestration.cells import expand, plan
 from dlinfra.orchestration.datasets import DatasetSpec, build, generate
 from dlinfra.orchestration.launch import Launcher
 from dlinfra.orchestration.spec import load_spec
-from dlinfra.payload import data
+from dlinfra.payload import data, dataset_files
 from dlinfra.payload.cli import main as payload_main
 from dlinfra.target import Target
 
@@ -41,9 +41,9 @@ def _generated(folder: Path, spec: DatasetSpec) -> Path:
 
 def test_generator_is_deterministic_and_the_seed_matters(tmp_path: Path) -> None:
     a, b = _generated(tmp_path / "a", SMALL), _generated(tmp_path / "b", SMALL)
-    assert data.content_hash(a) == data.content_hash(b)
+    assert dataset_files.content_hash(a) == dataset_files.content_hash(b)
     other = _generated(tmp_path / "c", dataclasses.replace(SMALL, seed=6))
-    assert data.content_hash(other) != data.content_hash(a)
+    assert dataset_files.content_hash(other) != dataset_files.content_hash(a)
     # More images per class leave the first ones as they were (each image is seeded on its own).
     more = _generated(tmp_path / "d", dataclasses.replace(SMALL, images_per_class=5))
     assert (more / "class-0001" / "0001-000003.jpg").read_bytes() == (a / "class-0001" / "0001-000003.jpg").read_bytes()
@@ -56,7 +56,7 @@ def test_images_are_valid_jpegs_of_imagenet_like_sizes(tmp_path: Path) -> None:
     assert len(files) == 12 and sorted(p.name for p in folder.iterdir()) == [
         "class-0000",
         "class-0001",
-        data.MANIFEST,
+        dataset_files.MANIFEST,
     ]
     sizes = []
     for path in files:
@@ -68,13 +68,13 @@ def test_images_are_valid_jpegs_of_imagenet_like_sizes(tmp_path: Path) -> None:
         assert any(abs(long / short - aspect) < 0.02 for aspect, _ in datasets.ASPECTS), image.size
         sizes.append(path.stat().st_size)
     assert 30_000 < np.mean(sizes) < 200_000  # photo-like: tens of KB (ImageNet averages about 110 KB)
-    manifest = json.loads((folder / data.MANIFEST).read_text())
+    manifest = json.loads((folder / dataset_files.MANIFEST).read_text())
     assert manifest["generated"] is True and "not ImageNet" in manifest["note"] and manifest["images"] == 12
 
 
 def test_build_is_cached_and_its_tar_unpacks_to_its_content_hash(tmp_path: Path, cache: Path) -> None:
     first = build(SMALL)
-    assert first.hash == data.content_hash(_generated(tmp_path / "ref", SMALL))
+    assert first.hash == dataset_files.content_hash(_generated(tmp_path / "ref", SMALL))
     started = time.monotonic()
     again = build(SMALL)
     assert again == first and time.monotonic() - started < 1  # from the cache, not generated again
@@ -84,7 +84,7 @@ def test_build_is_cached_and_its_tar_unpacks_to_its_content_hash(tmp_path: Path,
         members = tar.getmembers()
         assert {m.mtime for m in members} == {0} and {m.uid for m in members} == {0}
         tar.extractall(out, filter="data")
-    assert data.content_hash(out) == first.hash  # what the target hashes: the tar's content
+    assert dataset_files.content_hash(out) == first.hash  # what the target hashes: the tar's content
     assert first.record() == {
         "name": "small",
         "kind": "jpeg",
@@ -109,7 +109,8 @@ def test_payload_reads_a_generated_set_as_generated(tmp_path: Path, capsys: pyte
     assert data.load("images", str(plain), seed=0).source.startswith("images:")
     assert payload_main(["data-hash", str(folder), str(tmp_path / "missing")]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed == {"data_hashes": {str(folder): data.content_hash(folder), str(tmp_path / "missing"): None}}
+    expected = {str(folder): dataset_files.content_hash(folder), str(tmp_path / "missing"): None}
+    assert printed == {"data_hashes": expected}
 
 
 def test_the_mnist_kind_ships_mlxtends_real_digits_and_the_payload_reads_them(tmp_path: Path, cache: Path) -> None:
@@ -121,7 +122,7 @@ def test_the_mnist_kind_ships_mlxtends_real_digits_and_the_payload_reads_them(tm
     with tarfile.open(built.tarball) as tar:
         assert tar.getnames() == ["mnist_5k.csv.gz"]
         tar.extractall(tmp_path / "unpacked", filter="data")
-    assert data.content_hash(tmp_path / "unpacked") == built.hash
+    assert dataset_files.content_hash(tmp_path / "unpacked") == built.hash
     loaded = data.load("mnist", str(tmp_path / "unpacked"), seed=0)
     assert loaded.source.startswith("mnist-csv:") and loaded.num_classes == 10
     assert len(loaded.x_train) + len(loaded.x_test) == datasets.MNIST_IMAGES == spec.images

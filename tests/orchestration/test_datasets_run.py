@@ -14,7 +14,7 @@ import pytest
 from support import TESTBED, need_binary, run_cli
 
 from dlinfra.orchestration.datasets import DatasetSpec, build
-from dlinfra.payload.data import content_hash
+from dlinfra.payload.dataset_files import content_hash
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -30,6 +30,7 @@ import pytest
 from support import WORKER, component, need, need_binary, need_module
 
 from dlinfra.errors import SpecError
+from dlinfra.providers.libvirt.hypervisor import SERIAL_LOG_DIR
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -121,7 +122,8 @@ CASES = [
         "libvirt", "vm", {"vcpus": 1, "memory_mib": 768, "emulation": "allow", "boot_timeout": 900},
         [({"vcpus": 0}, r"layer_options.vm.vcpus: 0 must be a positive integer"),
          ({"guests": "vm1"}, r"guests: 'vm1' must be a list"), ({"colour": "red"}, r"unknown option\(s\) colour")],
-        _need_libvirt,
+        # The guest image is keyed by the dependencies: after a source edit, dlinfra's wheel comes with the deploy.
+        _need_libvirt, deploy=True,
     ),
     Case(
         "ironic", "bm", {"resource_class": "dlinfra-test", "count": 1, "poll_interval": 0.05, "deploy_timeout": 120},
@@ -214,10 +216,13 @@ def test_up_twice_verify_the_payload_then_down_leaves_nothing(
 
     cls = provider_class(case.provider)
     provider = cls(case.layer)
+    # This case's claims only: an earlier case of this worker whose down failed left its claim to a sweep (as it
+    # should), and that must fail that case alone.
+    earlier = {r.label for r in live_runs() if r.pid == os.getpid()}
     try:
         targets = provider.up(_spec(case, testbed, wheelhouse))
         assert targets and all(t.layer == case.layer and t.provider == case.provider for t in targets)
-        labels = {r.label for r in live_runs() if r.pid == os.getpid()}
+        labels = {r.label for r in live_runs() if r.pid == os.getpid()} - earlier
         made = _found(cls, labels)
         assert bool(made) == (case.provider != "ssh"), f"{case.provider} made {made} under {labels}"
         if case.provider == "ironic":  # the node behind the target is the one deployed, and it is active
@@ -231,11 +236,66 @@ def test_up_twice_verify_the_payload_then_down_leaves_nothing(
             deploy(targets, artifacts_dir=tmp_path / "art", wheelhouse=wheelhouse, quiet=True, compile_bytecode=False)
         found = verify_identities(targets, wheelhouse.payload_hash)  # raises, naming the target, on a mismatch
         assert {ident["payload_hash"] for ident in found.values()} == {wheelhouse.payload_hash}
+        if case.provider == "libvirt":  # the guest this case booted is checked here: a boot costs minutes
+            _check_the_guest(targets[0], wheelhouse, tmp_path)
     finally:
         provider.down()
     assert provider.targets == []
     assert _found(cls, labels) == {}, "down leaves nothing its own discover() can find"
     assert not [r for r in live_runs() if r.label in labels], "and releases its claim"
+    if case.provider == "libvirt":
+        assert not [p for label in labels for p in Path(SERIAL_LOG_DIR).glob(f"dlinfra-{label}-*")], "nor its logs"
+        provider.down()  # idempotent
+
+
+def _virsh(*args: str) -> str:
+    return subprocess.run(["virsh", "-c", "qemu:///system", *args], capture_output=True, text=True, check=True).stdout
+
+
+def _guest_run(target: Any, command: list[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(target.ssh.argv(command), capture_output=True, text=True, timeout=timeout)
+
+
+def _check_the_guest(target: Any, wheelhouse: Any, tmp_path: Path) -> None:
+    """What a libvirt guest is beyond a target: a domain libvirt marks emulated (or not) on an overlay of the pool,
+    a console the boot watch reads as in userspace, an unprivileged login with its CPU count and AVX2 (TensorFlow's
+    wheel needs it, also under TCG), the payload unpacked from the controller's dependencies archive (no pip), and
+    a host key that is checked: a wrong one is refused."""
+    import dataclasses
+
+    from dlinfra.images.deps_archive import build_deps_archive
+    from dlinfra.providers.libvirt.boot import ConsoleWatch
+
+    domain = target.details["domain"]
+    xml = _virsh("dumpxml", domain)
+    assert (target.details["virt_type"] == "qemu") == target.emulated
+    assert f"<dlinfra:emulated>{str(target.emulated).lower()}</dlinfra:emulated>" in xml
+    assert f"{domain}.qcow2" in _virsh("vol-list", "dlinfra")
+    watch = ConsoleWatch(Path(SERIAL_LOG_DIR) / f"{domain}-serial.log")
+    watch.poll()
+    assert watch.in_userspace and watch.last_line, watch.shows
+
+    code = "import json,os,platform;print(json.dumps([platform.node(),os.cpu_count(),os.getuid()]))"
+    result = _guest_run(target, ["python3", "-c", code])
+    assert result.returncode == 0, result.stderr
+    node, cpus, uid = json.loads(result.stdout)
+    assert node == target.name and cpus == 1 and uid != 0 and target.user == "dlinfra"  # an unprivileged login
+    flags = _guest_run(target, ["grep", "-m1", "-o", "-w", "avx2", "/proc/cpuinfo"])
+    assert flags.stdout.strip() == "avx2", "the guest's CPU must offer AVX2 for the TensorFlow wheel"
+
+    archive = build_deps_archive(wheelhouse)
+    assert archive is not None, "zstd is installed by scripts/install-deps.sh"
+    where = _guest_run(target, [target.python, "-c", "import psutil; print(psutil.__file__)"])
+    assert where.returncode == 0, where.stderr
+    assert f"/.dlinfra/deps/{archive.sha256}/psutil/" in where.stdout
+    assert _guest_run(target, ["test", "-e", f"{target.home}/venv/bin/pip"]).returncode != 0, "no pip in the venv"
+
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{target.address} {' '.join(Path(str(other) + '.pub').read_text().split()[:2])}\n")
+    refused = _guest_run(dataclasses.replace(target, known_hosts=str(known)), ["true"], timeout=60)
+    assert refused.returncode != 0 and "host key" in refused.stderr.lower()
 
 
 _CONTROLLER = """

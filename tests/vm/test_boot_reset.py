@@ -78,6 +78,7 @@ def _boot(
     provider = Hypervisor(
         image=build_guest_image(), state_dir=tmp_path / "state", subnet=SUBNET, boot_timeout=boot_timeout
     )
+    provider.artifacts_dir = tmp_path / "art"  # a campaign's: where the first boot's console is kept on a reset
     done = threading.Event()
 
     def watch() -> None:
@@ -112,6 +113,9 @@ def test_a_guest_that_does_not_answer_ssh_after_its_prompt_is_reset_and_comes_up
     assert len(lines) == 1, said
     assert f"showed its login prompt {quick_reset:.0f} s ago" in lines[0] and "10.214.254." in lines[0]
     assert "neighbour entry" in lines[0], lines[0]  # what the host saw: its ARP state
+    kept = tmp_path / "art" / f"{provider.domain_name('reset1')}-serial-before-reset.log"
+    assert f"its first boot's console: {kept}" in lines[0], lines[0]
+    assert "login:" in kept.read_text(errors="replace"), "the kept console does not reach the login prompt"
 
 
 def test_a_guest_that_never_answers_ssh_fails_naming_its_address_and_neighbour_entry(

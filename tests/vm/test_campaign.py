@@ -6,8 +6,9 @@ but QEMU cannot start an ordinary guest with it, so the guest falls back to TCG,
 the refusal is recorded, and every row is marked emulated. Both layers share
 the guest (ctr-vm stacks on vm): the vm cell runs the payload baked into the
 guest image (TensorFlow, under emulation: the guest's CPU model must carry
-the wheel), the ctr-vm cell runs it in the payload image (shipped into the
-guest's dockerd) inside the same guest; its workload is sysbench, because
+the wheel), the ctr-vm cell runs it in the payload image inside the same guest
+(its dependencies layer baked into the guest image, dlinfra's own layer shipped
+into the guest's dockerd); its workload is sysbench, because
 TensorFlow in that image is what the ctr layer's tests run, and importing it
 under TCG a second time would cost a minute and prove nothing more.
 Afterwards virsh shows nothing of the run.
@@ -65,6 +66,9 @@ def test_vm_and_ctr_vm_cells_are_stored_emulated_and_torn_down(tmp_path: Path) -
     wall = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 ok, 0 failed" in proc.stdout
+    # The guest image holds the payload's dependencies image (keyed by the dependencies: a source edit keeps it);
+    # only the payload image's own layer went into the guest's dockerd.
+    assert "holds the dependencies image; ships the payload image's own layer" in proc.stdout + proc.stderr
 
     conn = sqlite3.connect(db)
     conn.row_factory = sqlite3.Row

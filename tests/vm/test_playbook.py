@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from support import need, need_binary, need_module
 
+from dlinfra.runtime.runs_registry import RunClaim, claim
+
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
 
 URI = "qemu:///system"
@@ -61,33 +63,45 @@ def hypervisor(tmp_path_factory):
 
 
 @pytest.fixture
-def new_label() -> Iterator[Callable[[], str]]:
+def new_label() -> Iterator[Callable[[], RunClaim]]:
     """Run labels claimed in the run registry, as the provider claims its own before it makes anything: a user's
     plain `dlinfra sweep` (tests/orchestration/test_sweep.py runs one beside these tests) takes every labelled
-    guest of a run that is not live, and without a claim this test's guest looked like a crashed run's."""
+    guest of a run that is not live, and without a claim this test's guest looked like a crashed run's. The
+    claim also reserves the run network's /24 (:func:`up_vars`)."""
     from dlinfra.providers.libvirt.hypervisor import new_run_label
-    from dlinfra.runtime.runs_registry import RunClaim, claim
 
     claims: list[RunClaim] = []
 
-    def make() -> str:
-        label = new_run_label()
-        claims.append(claim(label, "libvirt", uri=URI, pool=POOL))
-        return label
+    def make() -> RunClaim:
+        claims.append(claim(new_run_label(), "libvirt", uri=URI, pool=POOL))
+        return claims[-1]
 
     yield make
     for held in claims:
         held.release()
 
 
-def up_vars(conn, label: str, folder: Path, disk: Path, base_id: str) -> dict:
-    """What the provider gives the up playbook for one guest (see Hypervisor._provision)."""
+def up_vars(conn, held: RunClaim, folder: Path, disk: Path, base_id: str) -> dict:
+    """What the provider gives the up playbook for one guest (see Hypervisor._provision and Hypervisor._create).
+
+    The /24 is picked under this machine's lock and recorded in the run's claim, as the provider does: a pick
+    outside it once gave this test and another worker's guest the same subnet ("Network is already in use")."""
     from dlinfra.providers.libvirt.domain import DomainPlan, domain_vars
     from dlinfra.providers.libvirt.hypervisor import ROLE_RESOLVED
-    from dlinfra.providers.libvirt.network import libvirt_subnets, local_routes, network_vars, plan_network
+    from dlinfra.providers.libvirt.network import (
+        SUBNET_KIND,
+        libvirt_subnets,
+        local_routes,
+        network_vars,
+        plan_network,
+        subnet_choice,
+    )
     from dlinfra.providers.libvirt.spec import GuestSpec
 
-    net = plan_network(label, ["g1"], libvirt_subnets(conn) + local_routes())
+    label = held.label
+    with subnet_choice() as reserved:
+        net = plan_network(label, ["g1"], libvirt_subnets(conn) + local_routes() + reserved)
+        held.add(SUBNET_KIND, key="subnet", subnet=str(net.subnet), uri=URI)
     address = net.address_of("g1")
     seed = folder / f"{label}-seed.img"
     seed.write_bytes(b"dlinfra seed\n" + bytes(1 << 20))
@@ -142,9 +156,10 @@ def test_up_twice_changes_nothing_and_down_leaves_nothing(hypervisor, new_label)
     from dlinfra.providers.libvirt.domain import run_label_of
 
     conn, folder, disk = hypervisor
-    label = new_label()
+    held = new_label()
+    label = held.label
     domain = f"dlinfra-{label}-g1"
-    variables = up_vars(conn, label, folder, disk, "pbt1")
+    variables = up_vars(conn, held, folder, disk, "pbt1")
     try:
         first = up(variables)
         assert first.changed > 0
@@ -201,16 +216,18 @@ def test_a_new_image_prunes_older_base_volumes_unless_a_run_may_use_them(hypervi
         pool.refresh(0)
         return {v.name() for v in pool.listAllVolumes(0)}
 
-    label = new_label()
+    held = new_label()
+    label = held.label
     try:
-        up(up_vars(conn, label, folder, disk, "pbt2"))
+        up(up_vars(conn, held, folder, disk, "pbt2"))
         assert {"dlinfra-base-old1-disk", "other.img", "dlinfra-base-pbt2-disk"} <= volumes()  # a run may use old1
     finally:
         down(label)
     pool.storageVolLookupByName("dlinfra-r0000000f-stray.qcow2").delete(0)
-    label = new_label()
+    held = new_label()
+    label = held.label
     try:
-        up(up_vars(conn, label, folder, disk, "pbt3"))
+        up(up_vars(conn, held, folder, disk, "pbt3"))
         left = volumes()
         assert "dlinfra-base-pbt3-disk" in left and "other.img" in left
         assert not [name for name in left if name.startswith(("dlinfra-base-old1", "dlinfra-base-pbt2"))], left

@@ -175,6 +175,13 @@ class Engine:
         """Whether a container, image or network of that name exists on this engine."""
         return self.run(kind, "inspect", name, check=False).returncode == 0
 
+    def image_id(self, ref: str) -> str | None:
+        """The id of the image ``ref`` names here (None: no such image): what tells two builds under one tag apart."""
+        shown = self.run("image", "inspect", "--format", "{{.Id}}", ref, check=False)
+        if shown.returncode != 0:
+            return None
+        return shown.stdout.strip() or None
+
     def names_with_label(self, kind: Literal["container", "network", "image"], label: str) -> list[str]:
         """Names (containers, networks) or references (images) of objects carrying ``label``."""
         if kind == "container":

@@ -12,6 +12,8 @@ Two layers: the dependencies (rebuilt only when their pins change) and dlinfra i
 each tagged by a hash of its inputs, so an unchanged image is never rebuilt.
 Images are saved with ``save`` and cached on the controller keyed by the image
 id, then loaded on each host where it is missing by the payload_image role (the containers' up playbook).
+A host whose engine already holds the dependencies image (a ctr-vm guest: its image has it baked in) gets only
+the layers above it (:func:`save_layers_above`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
@@ -31,10 +34,13 @@ from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.images.deps_archive import PROBE, DepsArchive
 from dlinfra.images.rootfs import RootfsSpec, build_rootfs
 from dlinfra.providers.containers.engine import Engine
+from dlinfra.runtime.runs_registry import machine_lock
 
 BASE_REPO = "dlinfra-base"
 DEPS_REPO = "dlinfra-deps"
 PAYLOAD_REPO = "dlinfra-payload"
+#: The id of the base image a dependencies or payload image was built over: its line of builds, for pruning.
+BASE_LABEL = "dlinfra.base"
 VENV = "/opt/dlinfra/venv"
 PYTHON = f"{VENV}/bin/python"
 SELF_PACKAGE = "dlinfra"
@@ -50,6 +56,10 @@ class PayloadImage:
     lock_sha256: str
     python: str = PYTHON
     build_s: float = 0.0
+    #: The dependencies image it sits on (its layers, all but dlinfra's own): what a ctr-vm guest image holds.
+    deps_tag: str = ""
+    #: That image's id: an engine holding ``deps_tag`` under another id (another build) cannot take the top layer.
+    deps_id: str = ""
 
 
 def _normalise(name: str) -> str:
@@ -102,7 +112,11 @@ def base_image(engine: Engine, named: str | None = None, spec: RootfsSpec | None
 
 
 def _image_id(engine: Engine, ref: str) -> str:
-    return engine.run("image", "inspect", "--format", "{{.Id}}", ref, what="image inspect").stdout.strip()
+    """The id of an image that must be there (just built or named)."""
+    found = engine.image_id(ref)
+    if found is None:
+        raise TargetError(f"{engine.label}: image {ref} vanished", "something removed it meanwhile: run again")
+    return found
 
 
 def _install_layer(
@@ -215,45 +229,62 @@ def build_payload_image(
     deps, own = split_lock(text)
     if not deps and not own:
         raise DlinfraError(f"lock {lock} lists no requirements", "rebuild the wheelhouse")
-    base_ref = base_image(engine, base, rootfs)
-    base_id = _image_id(engine, base_ref)
-    lock_sha = hashlib.sha256(text.encode()).hexdigest()
-    archive_sha = deps_archive.sha256 if deps_archive is not None else None
-    deps_tag = f"{DEPS_REPO}:{cache_key({'base': base_id, 'deps': sorted(deps), 'archive': archive_sha})}"
-    if not engine.exists("image", deps_tag):
-        with building():
-            labels = {"dlinfra.kind": "deps"}
-            _install_layer(
-                engine, base_ref, deps_tag, wheelhouse, deps, no_deps=False, labels=labels, archive=deps_archive
-            )
-    # Keyed by the layer it sits on too: one lock over a pip-installed dependencies layer (no archive) and over
-    # the unpacked archive are two images, and reusing the one for the other broke the identical-payload proof.
-    tag = f"{PAYLOAD_REPO}:{cache_key({'lock': lock_sha, 'deps': deps_tag})}"
-    if not engine.exists("image", tag):
-        if own:
-            labels = {"dlinfra.kind": "payload", "dlinfra.lock_sha256": lock_sha}
+    # One build at a time per engine on this machine: two processes that miss the same tag (two test workers, two
+    # campaigns) would each commit it, and the payload image of one would sit on the other's dependencies image.
+    with machine_lock(f"{engine.kind}-payload-image"):
+        base_ref = base_image(engine, base, rootfs)
+        base_id = _image_id(engine, base_ref)
+        lock_sha = hashlib.sha256(text.encode()).hexdigest()
+        archive_sha = deps_archive.sha256 if deps_archive is not None else None
+        deps_tag = f"{DEPS_REPO}:{cache_key({'base': base_id, 'deps': sorted(deps), 'archive': archive_sha})}"
+        if not engine.exists("image", deps_tag):
             with building():
-                _install_layer(engine, deps_tag, tag, wheelhouse, own, no_deps=True, labels=labels)
-        else:
-            engine.run("tag", deps_tag, tag, what="tag payload image")
-        prune_images(engine, PAYLOAD_REPO, keep={tag})
-        prune_images(engine, DEPS_REPO, keep={deps_tag}, keep_last=2)
-    return PayloadImage(tag, _image_id(engine, tag), lock_sha, PYTHON, time.monotonic() - started)
+                labels = {"dlinfra.kind": "deps", BASE_LABEL: base_id}
+                _install_layer(
+                    engine, base_ref, deps_tag, wheelhouse, deps, no_deps=False, labels=labels, archive=deps_archive
+                )
+        deps_id = _image_id(engine, deps_tag)
+        # Keyed by the image it sits on (its id, not its tag): one lock over a pip-installed dependencies layer and
+        # over the unpacked archive are two images, and so are two builds of one tag (a removed and rebuilt one).
+        tag = f"{PAYLOAD_REPO}:{cache_key({'lock': lock_sha, 'deps': deps_id})}"
+        if not engine.exists("image", tag):
+            if own:
+                labels = {"dlinfra.kind": "payload", "dlinfra.lock_sha256": lock_sha, BASE_LABEL: base_id}
+                with building():
+                    _install_layer(engine, deps_tag, tag, wheelhouse, own, no_deps=True, labels=labels)
+            else:
+                engine.run("tag", deps_tag, tag, what="tag payload image")
+            # Images older than the base label are counted with the default base's line (where they came from).
+            lines = {base_id, None} if base is None else {base_id}
+            prune_images(engine, PAYLOAD_REPO, keep={tag}, lines=lines)
+            prune_images(engine, DEPS_REPO, keep={deps_tag}, keep_last=3, lines=lines)
+        image_id = _image_id(engine, tag)
+    return PayloadImage(tag, image_id, lock_sha, PYTHON, time.monotonic() - started, deps_tag, deps_id)
 
 
-def prune_images(engine: Engine, repository: str, *, keep: set[str], keep_last: int = 4) -> list[str]:
+def prune_images(
+    engine: Engine, repository: str, *, keep: set[str], keep_last: int = 4, lines: set[str | None] | None = None
+) -> list[str]:
     """Untag all but the newest ``keep_last`` images of ``repository`` (every source edit makes a new one).
 
-    ``rmi`` without force: an image a container still uses stays. Also drops cached tarballs
-    of images the engine no longer has.
+    ``lines``: only the images whose base (label :data:`BASE_LABEL`; None: no label) is one of these count. The
+    images over another base (a user's ``base_image``) are another line of builds: pruning them for this one made
+    their next build start again (a TensorFlow layer: minutes, and a new image under the old tag). ``rmi`` without
+    force: an image a container still uses stays. Also drops cached tarballs of images the engine no longer has.
     """
     out = engine.run("images", repository, "--format", "{{.Repository}}:{{.Tag}}", check=False).stdout
     refs = [line.strip().removeprefix("localhost/") for line in out.splitlines() if line.strip()]
     created = {}
     for ref in refs:
-        when = engine.run("image", "inspect", "--format", "{{.Created}}", ref, check=False).stdout.strip()
-        created[ref] = when
-    ordered = sorted(refs, key=lambda ref: created[ref], reverse=True)
+        shown = engine.run("image", "inspect", "--format", "{{.Created}}|{{json .Config.Labels}}", ref, check=False)
+        when, _, labels = shown.stdout.strip().partition("|")
+        try:
+            over = (json.loads(labels) or {}).get(BASE_LABEL)
+        except (ValueError, AttributeError):
+            over = None
+        if lines is None or over in lines:
+            created[ref] = when
+    ordered = sorted(created, key=lambda ref: created[ref], reverse=True)
     removed = []
     for ref in ordered[keep_last:]:
         if ref not in keep and engine.run("rmi", ref, check=False).returncode == 0:
@@ -296,3 +327,46 @@ def save_image(engine: Engine, ref: str) -> Path:
     (folder / "meta.json").write_text(json.dumps({"engine": engine.kind, "id": image_id, "ref": ref}))
     keep_recent(folder, KEEP_SAVED_IMAGES)
     return tarball
+
+
+def save_layers_above(engine: Engine, ref: str, base_ref: str) -> Path:
+    """``ref`` saved without the layers it shares with ``base_ref``: all that an engine holding ``base_ref`` needs.
+
+    Why: a ctr-vm guest boots with the payload's dependencies image in its Docker store (baked into the guest
+    image, which is keyed by the dependencies), so after a source edit only dlinfra's own layer has to reach it,
+    where the whole image loads into an emulated guest at about 2 MB/s. ``docker load`` takes a layer its store
+    already has (by chain id) without reading it from the archive, so the archive leaves those layers out.
+    Docker's archive format; the result is cached beside the whole image's tarball."""
+    full = save_image(engine, ref)
+    below = layer_ids(engine, base_ref)
+    thin = full.parent / f"above-{cache_key({'below': below})}.tar"
+    if thin.exists():
+        return thin
+    with tarfile.open(full) as source:
+        manifest = json.loads(_member_bytes(source, "manifest.json"))
+        layers = manifest[0]["Layers"]
+        diff_ids = json.loads(_member_bytes(source, manifest[0]["Config"]))["rootfs"]["diff_ids"]
+        if diff_ids[: len(below)] != below:
+            raise DlinfraError(f"image {ref} does not sit on {base_ref}: its layers differ", "a bug: report it")
+        left_out = set(layers[: len(below)])
+        partial = full.parent / f"{thin.name}.partial-{os.getpid()}"
+        with tarfile.open(partial, "w") as out:
+            for member in source:
+                if member.name not in left_out:
+                    out.addfile(member, source.extractfile(member) if member.isfile() else None)
+    partial.rename(thin)  # atomic: a half-written archive is never taken for a cached one
+    return thin
+
+
+def layer_ids(engine: Engine, ref: str) -> list[str]:
+    """The image's layers, bottom first (their diff ids): an image sits on another when it starts with its layers."""
+    shown = engine.run("image", "inspect", "--format", "{{json .RootFS.Layers}}", ref, what="image inspect")
+    return list(json.loads(shown.stdout))
+
+
+def _member_bytes(archive: tarfile.TarFile, name: str) -> bytes:
+    """One small file of a saved image (its manifest, its config)."""
+    handle = archive.extractfile(name)
+    if handle is None:
+        raise DlinfraError(f"{archive.name}: {name} is not a file in the saved image", "delete it from the cache")
+    return handle.read()

@@ -41,7 +41,7 @@ from dlinfra.inventory import InventoryHost, match_pattern
 from dlinfra.payload.cpuset import format_cpuset, split_cpuset
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.containers.engine import Engine, ensure_dockerd
-from dlinfra.providers.containers.image import VENV, build_payload_image, save_image
+from dlinfra.providers.containers.image import VENV, PayloadImage, build_payload_image, save_image, save_layers_above
 from dlinfra.providers.containers.playbook import DOWN as DOWN_PLAYBOOK
 from dlinfra.providers.containers.playbook import UP as UP_PLAYBOOK
 from dlinfra.providers.containers.playbook import PlayHost, run_down, run_up
@@ -61,7 +61,7 @@ from dlinfra.providers.containers.run import (
 from dlinfra.providers.host_prep import HostToPrepare, controller, prepare
 from dlinfra.providers.options import Option
 from dlinfra.providers.ssh.provider import target_from_host
-from dlinfra.runtime.progress import phase
+from dlinfra.runtime.progress import phase, say
 from dlinfra.runtime.runs_registry import RunClaim, claim, is_live, is_valid_label, live_runs
 from dlinfra.runtime.sweep_report import SweepReport
 from dlinfra.testbed import dockerd
@@ -87,6 +87,8 @@ class HostEngine:
     #: How Ansible reaches a host over SSH (empty: an engine of this machine, connection local).
     ansible: dict[str, Any] = field(default_factory=dict)
     loaded_images: list[str] = field(default_factory=list)
+    #: The saved image the up play loads there (the whole image, or only the layers above those it holds).
+    image_tarball: str = ""
     started_dockerd: bool = False
     #: The run's results folder there (as asked for, then as the play reports it: absolute).
     results_root: str | None = None
@@ -170,7 +172,6 @@ class ContainerProvider(Provider):
         self._versions: dict[str, str] = {}  # engine label -> its server version
         self._chosen: list[Any] = []
         self._images: dict[str, str] = {}
-        self._tarballs: dict[str, str] = {}
         self._artifacts: Path | None = None
         self._guests: dict[str, Target] = {}
 
@@ -320,12 +321,24 @@ class ContainerProvider(Provider):
             for he in self.hosts:
                 if he.engine.kind != kind or he.engine.exists("image", built.tag):
                     continue
-                self._tarballs[kind] = self._tarballs.get(kind) or str(save_image(local, built.tag))
+                he.image_tarball = str(self._saved(local, built, he))
                 if not self._keeps_image(he):  # a kept image is the host's cache, not an object of the run
                     where = engine_where(he.engine)
                     self._record("image", key=f"{he.engine.label} {built.tag}", ref=built.tag, **where)
                 he.loaded_images.append(built.tag)
         self._chosen, self._images = hosts, images
+
+    @staticmethod
+    def _saved(local: Engine, built: PayloadImage, he: HostEngine) -> Path:
+        """What to ship to a host that lacks the payload image: only its top layer where the host's Docker holds
+        the dependencies image under it, the same build (a ctr-vm guest's image has it baked in), else the whole
+        image."""
+        if he.engine.kind == "docker" and built.deps_id and he.engine.image_id(built.deps_tag) == built.deps_id:
+            thin = save_layers_above(local, built.tag, built.deps_tag)
+            size = f"{thin.stat().st_size / 2**20:.1f} MiB"
+            say(f"{he.host}: holds the dependencies image; ships the payload image's own layer ({size})")
+            return thin
+        return save_image(local, built.tag)
 
     def create(self, spec: LayerSpec) -> list[Target]:
         """One container per host (spread: processes_per_host of them), each pinned to its CPU chunk: one up play."""
@@ -371,7 +384,7 @@ class ContainerProvider(Provider):
                 )  # no user: the play runs it as the owner of the results folder (root then needs no capability)
                 mine.append((cspec, list(chunk), ports))
             kind = he.engine.kind
-            image = (self._tarballs[kind], images[kind]) if images[kind] in he.loaded_images else None
+            image = (he.image_tarball, images[kind]) if images[kind] in he.loaded_images else None
             data_root = self._data_root(he, host) if spec.datasets else ""
             plays.append(
                 PlayHost(host.name, he.engine, he.ansible, [c for c, _, _ in mine], he.results_root, data_root, image)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import re
 import secrets
 import shutil
@@ -590,9 +591,11 @@ class Hypervisor:
                         f"({last or 'port closed'}; {self._seen_at(target)})",
                         console(),
                     )
+                kept = self._keep_serial_log(plan)
                 say(
                     f"{self.host}: guest {target.name} showed its login prompt {SSH_AFTER_LOGIN_S:.0f} s ago and "
                     f"does not answer SSH at {target.address} ({self._seen_at(target)}); resetting it once"
+                    + (f" (its first boot's console: {kept})" if kept else "")
                 )
                 watch.forget_prompt()
                 dom.reset(0)
@@ -622,6 +625,21 @@ class Hypervisor:
             f"{self.boot_timeout:.0f} s ({last or 'port closed'}; {self._seen_at(target)})",
             console(),
         )
+
+    def _keep_serial_log(self, plan: DomainPlan) -> Path | None:
+        """Copy what the guest printed before its reset into the campaign's artifacts (the serial log itself goes
+        with the guest): why a first boot came up without its network is read there. Bounded to the last MiB."""
+        if self.artifacts_dir is None or not plan.serial_log:
+            return None
+        kept = self.artifacts_dir / f"{plan.domain_name}-serial-before-reset.log"
+        try:
+            with Path(plan.serial_log).open("rb") as source:
+                source.seek(max(0, source.seek(0, os.SEEK_END) - (1 << 20)))
+                self.artifacts_dir.mkdir(parents=True, exist_ok=True)
+                kept.write_bytes(source.read())
+        except OSError:
+            return None  # a missing log must not stop the reset that may bring the guest up
+        return kept
 
     def _seen_at(self, target: Target) -> str:
         """What this host's kernel knows of the guest's address (its neighbour entry): whether the guest's

@@ -31,7 +31,7 @@ from dlinfra.testbed.dockerd import unmount_under
 if TYPE_CHECKING:
     from dlinfra.images.wheelhouse import Wheelhouse
 
-IMAGE_FORMAT_VERSION = 7  # bump when the customisation below changes: a new cache entry is built
+IMAGE_FORMAT_VERSION = 8  # bump when the customisation below changes: a new cache entry is built
 #: What a guest's rootfs holds; those the container image's rootfs lacks are installed into a copy of it.
 GUEST_PACKAGES = (
     "apparmor",  # the guest kernel enables AppArmor: dockerd then needs apparmor_parser for docker-default
@@ -82,7 +82,10 @@ while [ -z "$dev" ]; do
     [ "$i" -ge 600 ] && { echo "dlinfra-seed: no disk labelled cidata" >&2; exit 1; }
     sleep 1
 done
-mnt=$(mktemp -d)
+# Not in /tmp: systemd-tmpfiles-setup empties /tmp at boot, beside this unit. When it ran between the mktemp and
+# the mount ("mount point does not exist"), the seed failed, the guest came up without network or sshd, and the
+# provider had to reset it (seen on busy machines, 1 boot in a few).
+mnt=$(mktemp -d /run/dlinfra-seed.XXXXXX)
 mount -o ro "$dev" "$mnt"
 s="$mnt/dlinfra"
 install -m 0644 "$s/hostname" /etc/hostname
@@ -341,14 +344,15 @@ def build_guest_image(
     disk_gib: int = 8,
     payload: Wheelhouse | None = None,
     user: str = "dlinfra",
-    docker_image: tuple[Path, str] | None = None,
+    docker_image: Path | None = None,
 ) -> GuestImage:
     """Return the cached base image for ``suite``, building it (~1-4 min) the first time.
 
     With ``payload``, the image also holds that wheelhouse installed for ``user`` exactly as the payload
     role installs it (same files, same pip flags, same marker), so deploying to a fresh guest only verifies
-    it: installing TensorFlow inside an emulated guest takes many minutes, natively here under one.
-    With ``docker_image`` (a saved image and its tag: the ctr-vm payload image), the guest's Docker store
+    it: installing TensorFlow inside an emulated guest takes many minutes, natively here under one. An image
+    built for an older dlinfra wheel over the same dependencies is reused; the deploy replaces that wheel.
+    With ``docker_image`` (a saved image: the ctr-vm payload's dependencies image), the guest's Docker store
     already holds that image.
     """
     for tool in ("mkfs.ext4", "qemu-img", "tar", "systemctl"):
@@ -362,9 +366,14 @@ def build_guest_image(
         "cmdline": KERNEL_CMDLINE,
     }
     if payload is not None:
-        inputs["payload"] = {"lock_hash": payload.lock_hash, "payload_hash": payload.payload_hash, "user": user}
+        # Keyed by the dependencies, not by dlinfra's own wheel: after a source edit the cached image is reused and
+        # the payload role replaces the baked wheel alone (its ``payload_self_only`` path, seconds), where keying
+        # by the whole lock rebuilt the image (mkfs of gigabytes, 1.5 min on a 2-core machine) on every edit.
+        inputs["payload"] = {"deps_hash": payload.deps_hash, "user": user}
     if docker_image is not None:
-        inputs["docker_image"] = docker_image[1]
+        # The saved archive's cache folder, keyed by the image's id: a dependencies image rebuilt under the same tag
+        # is another image, whose payload layer would not load over the old one.
+        inputs["docker_image"] = docker_image.parent.name
     out_dir = cache_dir("guest-image", inputs)
     build_once(
         out_dir, "manifest.json", lambda: _build(out_dir, inputs, rootfs_spec, payload, user, docker_image, disk_gib)
@@ -378,7 +387,7 @@ def _build(
     rootfs_spec: RootfsSpec,
     payload: Wheelhouse | None,
     user: str,
-    docker_image: tuple[Path, str] | None,
+    docker_image: Path | None,
     disk_gib: int,
 ) -> None:
     """Build the image into ``out_dir`` (under :func:`~dlinfra.cache.build_once`'s lock: one builder at a time)."""
@@ -394,7 +403,7 @@ def _build(
         if payload is not None:
             _bake_payload(root, payload, user)
         if docker_image is not None:
-            _preload_docker_image(root, docker_image[0])
+            _preload_docker_image(root, docker_image)
         stage = work / "image"
         stage.mkdir()
         shutil.copy2(_newest(root / "boot", "vmlinuz"), stage / "vmlinuz")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlinfra.errors import DlinfraError, SpecError
@@ -115,7 +116,7 @@ class LibvirtVmProvider(Provider):
             raise DlinfraError("layer vm: LayerSpec.wheelhouse is required (the campaign builds it once)")
         docker_image = None
         if "ctr-vm" in spec.stacked:
-            with phase("vm: payload image for ctr-vm"):
+            with phase("vm: payload dependencies image for ctr-vm"):
                 docker_image = _payload_docker_image(spec.wheelhouse)
         with phase("vm: guest image", "built once, then cached by its inputs"):
             return build_guest_image(payload=spec.wheelhouse, docker_image=docker_image)
@@ -157,9 +158,12 @@ def _guests_for(host: InventoryHost, options: dict[str, Any], host_count: int) -
     return [{**g, "name": f"{host.name}-{g.get('name', f'vm{i + 1}')}"} for i, g in enumerate(raw)]
 
 
-def _payload_docker_image(wheelhouse: Any) -> tuple[Any, str]:
-    """The ctr-vm payload image, saved: the guest image then carries it in its own Docker store."""
+def _payload_docker_image(wheelhouse: Any) -> Path:
+    """The ctr-vm payload image's dependencies layer, saved: the guest image carries it in its own Docker store.
+
+    Not the payload image itself: that one changes with every source edit, and the guest image keyed by it was
+    rebuilt each time. The ctr-vm bring-up ships the layer above (dlinfra's own, kilobytes to megabytes)."""
     engine = controller_engine("docker")
     archive = build_deps_archive(wheelhouse)
     built = build_payload_image(engine, wheelhouse.path, wheelhouse.lock, deps_archive=archive)
-    return save_image(engine, built.tag), built.tag
+    return save_image(engine, built.deps_tag)
