@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as scipy_stats
+from scipy.special import stdtrit  # Student's t quantile: scipy.stats would cost 0.6 s more at start-up
 
 CONFIDENCE = 0.95
 #: The interval every overhead and change carries, as the report names it.
@@ -111,7 +111,7 @@ def overhead_ci(
     if se == 0:
         return (point, point, point)
     df = (vb + vx) ** 2 / (vb**2 / (b.size - 1) + vx**2 / (x.size - 1))
-    half = float(scipy_stats.t.ppf(0.5 + confidence / 2, df)) * se
+    half = float(stdtrit(df, 0.5 + confidence / 2)) * se
     ratio = math.log(mx / mb)  # layer over baseline
     lo_r, hi_r = math.exp(ratio - half), math.exp(ratio + half)
     if higher_is_better:  # overhead = 1 - ratio: a larger ratio is less overhead
@@ -124,7 +124,7 @@ def mean_ci(values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, 
     x = _clean(values)
     if x.size < 2:
         return (math.nan, math.nan)
-    half = float(scipy_stats.t.ppf(0.5 + confidence / 2, x.size - 1)) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    half = float(stdtrit(x.size - 1, 0.5 + confidence / 2)) * float(x.std(ddof=1)) / math.sqrt(x.size)
     return (float(x.mean()) - half, float(x.mean()) + half)
 
 

@@ -33,12 +33,16 @@ CAMPAIGN_ENV = "DLINFRA_CAMPAIGN"
 
 
 def _start_ticks(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None if gone."""
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None if gone.
+
+    A zombie counts as gone: it runs nothing, and its entry stays only until its parent (init, for an orphan)
+    reaps it."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def controller_mark() -> str:
