@@ -1,4 +1,4 @@
-"""All of Nova in one process: the compute API, conductor, scheduler and a compute with the fake driver.
+"""All of Nova in one process: the compute API, conductor, scheduler and a compute (the fake driver, or libvirt).
 
 Usage (the services' venv): ``python nova_aio.py CONFIG_DIR PORT``; CONFIG_DIR holds ``nova.conf`` and
 ``api-paste.ini``. Why one process: with ``transport_url = fake:/`` oslo.messaging passes RPC in
@@ -30,6 +30,23 @@ class _Handler(WSGIRequestHandler):
         """Nova logs each request itself."""
 
 
+def _as_nova_compute_main() -> None:
+    """What ``nova-compute``'s own main sets up before its service: privsep's root helper (a context's
+    ``helper_command`` overrides it), os-brick, and os-vif's plugins, through which a real virt driver plugs
+    its guests' ports (the fake one plugs none)."""
+    import shlex
+
+    import nova.conf
+    import os_brick
+    import os_vif
+    from nova import utils
+    from oslo_privsep import priv_context
+
+    priv_context.init(root_helper=shlex.split(utils.get_root_helper()))
+    os_brick.setup(nova.conf.CONF)
+    os_vif.initialize()
+
+
 def main() -> None:
     config_dir, port = sys.argv[1], int(sys.argv[2])
     os.environ["OS_NOVA_CONFIG_DIR"] = config_dir
@@ -41,6 +58,7 @@ def main() -> None:
     from nova.scheduler import rpcapi as scheduler_rpcapi
     from nova.wsgi.osapi_compute import application  # parses nova.conf, sets up logging, RPC and the DB
 
+    _as_nova_compute_main()
     services = [
         service.Service.create(binary="nova-conductor", topic=conductor_rpcapi.RPC_TOPIC),
         service.Service.create(binary="nova-scheduler", topic=scheduler_rpcapi.RPC_TOPIC),
