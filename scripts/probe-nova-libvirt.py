@@ -23,11 +23,10 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-from dlinfra.testbed.openstack import COMPUTE_HOST, NETWORK, PHYSNET, OpenStackServices
+from dlinfra.testbed.openstack import NETWORK, PHYSNET, OpenStackServices
 
 #: Where Nova keeps the guests' disks: QEMU's user must open them (a 0700 state folder refuses it).
 INSTANCES = Path("/var/lib/libvirt/images/dlinfra-nova-probe")
@@ -68,17 +67,11 @@ class LibvirtNova(OpenStackServices):
 
     def _fake_l2_agent(self) -> None:
         """An Open vSwitch agent row on the compute host, for the openvswitch mechanism driver to bind to."""
-        config = json.dumps({
+        configurations = {
             "bridge_mappings": {PHYSNET: "br-int"}, "datapath_type": "netdev", "integration_bridge": "br-int",
             "ovs_hybrid_plug": False, "tunnel_types": [],
-        })  # fmt: skip
-        sql = (
-            "INSERT IGNORE INTO agents (id, agent_type, `binary`, topic, host, admin_state_up, created_at, started_at,"
-            f" heartbeat_timestamp, configurations) VALUES ('{uuid.uuid4()}', 'Open vSwitch agent',"
-            f" 'neutron-openvswitch-agent', 'N/A', '{COMPUTE_HOST}', 1, UTC_TIMESTAMP(), UTC_TIMESTAMP(),"
-            f" UTC_TIMESTAMP(), '{config}')"
-        )
-        self._run("registering the Open vSwitch agent row", [*self._mysql(), "neutron", "-e", sql])
+        }  # fmt: skip
+        self._register_l2_agent("Open vSwitch agent", "neutron-openvswitch-agent", configurations)
 
 
 def _show(*argv: str) -> str:

@@ -384,14 +384,18 @@ class OpenStackServices:
         :data:`AGENT_DOWN_TIME`), for ML2's ``fake_agent`` mechanism driver (Neutron's own test driver) to
         bind ports to. Without a bound port Nova fails every boot that has a network ("Binding failed"),
         and from compute API 2.37 every boot has one. The fake virt driver plugs no VIF, so nothing is lost."""
-        config = json.dumps({"interface_mappings": {PHYSNET: "dlinfra0"}})
+        self._register_l2_agent(
+            "OFA driver agent", "dlinfra-fake-l2-agent", {"interface_mappings": {PHYSNET: "dlinfra0"}}
+        )
+
+    def _register_l2_agent(self, agent_type: str, binary: str, configurations: dict[str, Any]) -> None:
+        """An agent row on the compute host, alive for :data:`AGENT_DOWN_TIME` (our own constants only)."""
         sql = (
             "INSERT IGNORE INTO agents (id, agent_type, `binary`, topic, host, admin_state_up, created_at, started_at,"
-            f" heartbeat_timestamp, configurations) VALUES ('{uuid.uuid4()}', 'OFA driver agent',"
-            f" 'dlinfra-fake-l2-agent', 'N/A', '{COMPUTE_HOST}', 1, UTC_TIMESTAMP(), UTC_TIMESTAMP(),"
-            f" UTC_TIMESTAMP(), '{config}')"
+            f" heartbeat_timestamp, configurations) VALUES ('{uuid.uuid4()}', '{agent_type}', '{binary}', 'N/A',"
+            f" '{COMPUTE_HOST}', 1, UTC_TIMESTAMP(), UTC_TIMESTAMP(), UTC_TIMESTAMP(), '{json.dumps(configurations)}')"
         )
-        self._run("registering the fake L2 agent", [*self._mysql(), "neutron", "-e", sql])
+        self._run(f"registering the L2 agent row {agent_type!r}", [*self._mysql(), "neutron", "-e", sql])
 
     def _db_url(self, database: str) -> str:
         return f"mysql+pymysql://root@localhost/{database}?unix_socket={self._mysql_socket}&charset=utf8"
