@@ -45,6 +45,11 @@ def _start_ticks(pid: int) -> str | None:
     return None if fields[0] in ("Z", "X") else fields[19]
 
 
+def is_running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    return _start_ticks(pid) is not None
+
+
 def controller_mark() -> str:
     """A new playbook run's mark: this process's pid and start time (so a reused pid is not taken for it),
     and a token of the run's own."""
@@ -133,7 +138,7 @@ def _stop(orphans: list[int], grace_s: float) -> list[int]:
     with contextlib.suppress(WaitTimedOut):
         wait_for(
             "orphaned playbooks to stop",
-            lambda: all(_start_ticks(pid) is None for pid in orphans),
+            lambda: not any(map(is_running, orphans)),
             timeout=grace_s,
             interval=0.1,
             cancellable=False,

@@ -550,15 +550,6 @@ def _marked_processes(mark: bytes) -> dict[int, list[bytes]]:
     return found
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` runs: a zombie (stopped, not yet reaped by its new parent) does not."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
 def test_sweep_stops_the_playbook_of_a_sigkilled_controller(tmp_path: Path) -> None:
     """ansible-runner gives ansible-playbook a session of its own: a SIGKILLed controller left it running.
     The sweep stops it (and only it: a playbook of a live controller is never an orphan, and a sweep of
@@ -585,7 +576,7 @@ def test_sweep_stops_the_playbook_of_a_sigkilled_controller(tmp_path: Path) -> N
 
 def _orphan_then_sweep(book: Path, artifacts: Path) -> bool:
     """Make an orphaned playbook and sweep it; False when another process's sweep stopped it first."""
-    from dlinfra.runtime.orphans import orphaned_playbooks
+    from dlinfra.runtime.orphans import is_running, orphaned_playbooks
 
     campaign = f"orphan-{secrets.token_hex(3)}"
     controller = subprocess.Popen([sys.executable, "-c", _PLAYBOOK_CONTROLLER, str(book), str(artifacts), campaign])
@@ -605,15 +596,15 @@ def _orphan_then_sweep(book: Path, artifacts: Path) -> bool:
         time.sleep(1)
         for listed in (orphaned_playbooks(), orphaned_playbooks(campaign)):
             if playbook not in {found.pid for found in listed}:
-                assert not _running(playbook), f"a running orphan not listed: {listed}"
+                assert not is_running(playbook), f"a running orphan not listed: {listed}"
                 return False  # died with its controller, or another process's sweep stopped it
         other = run_cli("sweep", "--campaign", f"{campaign}-other", timeout=120)
         assert other.returncode == 0 and "nothing to sweep" in other.stdout, other.stdout + other.stderr
-        if not _running(playbook):
+        if not is_running(playbook):
             return False  # neither sweep of this test stopped it: another process's did
         swept = run_cli("sweep", "--campaign", campaign, timeout=120)
         assert swept.returncode == 0, swept.stdout + swept.stderr
-        if "nothing to sweep" in swept.stdout and not _running(playbook):
+        if "nothing to sweep" in swept.stdout and not is_running(playbook):
             return False
         assert f"ansible-playbook pid {playbook} (slow.yml)" in swept.stdout, swept.stdout
         time.sleep(0.5)
