@@ -4,13 +4,12 @@ userspace datapath. docs/openstack.md says what it printed and where it stops.
 
 Usage, as root, from the repository with the dlinfra venv active::
 
-    DLINFRA_NOVA_VENV=<the services' venv> python scripts/probe-nova-libvirt.py STATE_DIR GUEST_DIR EXTRA_SITE
+    DLINFRA_NOVA_VENV=<the services' venv> python scripts/probe-nova-libvirt.py STATE_DIR EXTRA_SITE
 
-GUEST_DIR: a guest image folder of the libvirt provider's cache (``base.qcow2``, ``vmlinuz``, ``initrd.img``,
-``manifest.json``). EXTRA_SITE: libvirt-python for the services' venv, put aside so that the cached venv is not
-changed (``<venv>/bin/pip install --target EXTRA_SITE libvirt-python``). Open vSwitch must run on its default
-socket (libvirt adds the guest's tap to the bridge with ``ovs-vsctl``), with ``br-int`` of ``datapath_type
-netdev`` (the kernel datapath cannot load here); docs/openstack.md gives the commands.
+EXTRA_SITE: libvirt-python for the services' venv, put aside so that the cached venv is not
+changed (``<venv>/bin/pip install --target EXTRA_SITE libvirt-python``). Open vSwitch (Debian's
+``openvswitch-switch``) is started on its default socket if it does not run, with ``br-int`` of the userspace
+datapath and the host's leg holding the network's gateway (:mod:`dlinfra.testbed.ovs`).
 
 What stands in: the Open vSwitch agent is a registered row, not a process (the real agent needs an RPC bus
 between processes, RabbitMQ, and programs flows; without it the bridge forwards with its default NORMAL flow).
@@ -24,9 +23,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from dlinfra.testbed.openstack import NETWORK, PHYSNET, OpenStackServices
+from dlinfra.testbed.ovs import ensure_bridge
 
 #: Where Nova keeps the guests' disks: QEMU's user must open them (a 0700 state folder refuses it).
 INSTANCES = Path("/var/lib/libvirt/images/dlinfra-nova-probe")
@@ -78,52 +77,85 @@ def _show(*argv: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=False).stdout
 
 
-def _upload(conn: Any, guest: Path) -> Any:
-    """The guest's disk with its kernel and initrd (the image boots by direct kernel boot, as the provider's)."""
-    cmdline = json.loads((guest / "manifest.json").read_text())["cmdline"]
-    kernel = conn.image.create_image(name="probe-kernel", filename=str(guest / "vmlinuz"), disk_format="aki",
-                                     container_format="aki", wait=True, allow_duplicates=True)  # fmt: skip
-    ramdisk = conn.image.create_image(name="probe-ramdisk", filename=str(guest / "initrd.img"), disk_format="ari",
-                                      container_format="ari", wait=True, allow_duplicates=True)  # fmt: skip
-    meta = {"kernel_id": kernel.id, "ramdisk_id": ramdisk.id, "os_command_line": cmdline}
-    return conn.image.create_image(name="probe-disk", filename=str(guest / "base.qcow2"), disk_format="qcow2",
-                                   container_format="bare", wait=True, allow_duplicates=True, meta=meta)  # fmt: skip
-
-
 def main() -> None:
-    state, guest = Path(sys.argv[1]), Path(sys.argv[2])
-    LibvirtNova.extra_site = sys.argv[3]
-    wait_s = float(os.environ.get("PROBE_WAIT", "150"))
+    """The ``nova`` provider's own up and down against Nova's libvirt driver: it uploads dlinfra's guest image
+    (disk, kernel, initrd), boots a server with a config drive, reads the host key from its console, and reaches
+    it over SSH at the address Nova reports (no inventory host stands in)."""
+    from dlinfra.providers.base import LayerSpec
+    from dlinfra.providers.nova.provider import NovaProvider
+
+    state, artifacts = Path(sys.argv[1]), Path(sys.argv[1]) / "artifacts"
+    ensure_bridge("10.77.0.1/24")  # the stack's dlinfra-net is 10.77.0.0/24
+    LibvirtNova.extra_site = sys.argv[2]
     started = time.monotonic()
     with LibvirtNova(start_timeout=600).start(state) as stack:
         print(f"stack up in {time.monotonic() - started:.1f} s", flush=True)
+        os.environ.update(stack.env())
         conn = stack.connection()
         print("hypervisors:", [(h.name, h.hypervisor_type) for h in conn.compute.hypervisors()], flush=True)
-        image = _upload(conn, guest)
-        flavor = conn.compute.create_flavor(name="probe", ram=768, vcpus=1, disk=8)
-        network = conn.network.find_network(NETWORK)
+        options = {"network": NETWORK, "ram_mb": 1024, "disk_gb": 8, "name_prefix": "pv", "boot_timeout": 900}
+        spec = LayerSpec("vm", [], Path("inventory.yml"), options, artifacts)
+        provider = NovaProvider("vm")
         started = time.monotonic()
-        server = conn.compute.create_server(name="probe-1", image_id=image.id, flavor_id=flavor.id,
-                                            networks=[{"uuid": network.id}], config_drive=True)  # fmt: skip
-        while server.status not in ("ACTIVE", "ERROR"):
-            time.sleep(0.5)
-            server = conn.compute.get_server(server.id)
-        print(f"server {server.status} in {time.monotonic() - started:.1f} s; fault: {server.fault}", flush=True)
-        print("addresses:", server.addresses, flush=True)
-        port = next(iter(conn.network.ports(device_id=server.id)), None)
-        if port is not None:
-            print("port binding:", port.binding_vif_type, port.binding_vif_details, flush=True)
-        print(_show("virsh", "list", "--all"), _show("ovs-vsctl", "show"), flush=True)
-        console = ""
-        while server.status == "ACTIVE" and "login:" not in console and time.monotonic() - started < wait_s:
-            time.sleep(5)
+        if os.environ.get("PROBE_CAMPAIGN_ONLY"):
+            _campaign(state)
+            return
+        try:
+            [target] = provider.up(spec)
+            print(
+                f"provider up in {time.monotonic() - started:.1f} s: {target.name} at {target.address} "
+                f"as {target.user}, known_hosts {Path(target.known_hosts or '').read_text().strip()!r}",
+                flush=True,
+            )
+            server = conn.compute.get_server(target.details["nova_server"])
+            print("Nova reports:", server.addresses, flush=True)
+            print("target details (read_facts over SSH):", json.dumps(target.details, default=str), flush=True)
+            ssh = [
+                "ssh",
+                "-i",
+                str(target.key_file),
+                "-o",
+                f"UserKnownHostsFile={target.known_hosts}",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                "BatchMode=yes",
+                f"{target.user}@{target.address}",
+                "hostname; ip -4 -br addr show eth0; systemctl is-active dlinfra-seed ssh",
+            ]
+            print("ssh:", _show(*ssh), flush=True)
             console = conn.compute.get_server_console_output(server.id).get("output", "")
-        print(f"console after {time.monotonic() - started:.0f} s, last 1500 characters:\n{console[-1500:]}", flush=True)
-        started = time.monotonic()
-        conn.compute.delete_server(server.id)
-        while list(conn.compute.servers(name="probe-1")):
-            time.sleep(0.5)
-        print(f"server deleted in {time.monotonic() - started:.1f} s", _show("virsh", "list", "--all"), flush=True)
+            print("console, seed lines:", [x for x in console.splitlines() if "dlinfra-seed" in x or "HOST KEY" in x])
+        finally:
+            started = time.monotonic()
+            provider.down()
+            print(f"provider down in {time.monotonic() - started:.1f} s", _show("virsh", "list", "--all"), flush=True)
+        _campaign(state)
+
+
+def _campaign(state: Path) -> None:
+    """``dlinfra run`` with one vm cell on a server Nova boots from the guest image with the payload baked in."""
+    # A campaign's layers are planned per inventory host: one host carries vm and stands for the cloud. The server
+    # (pr1) is not named after it, so the provider reaches it at its address on the network, as any server.
+    (state / "hosts.yml").write_text("all:\n  hosts:\n    cloud:\n      ansible_host: 127.0.0.1\n"
+                                     "      dlinfra_layers: [vm]\n")  # fmt: skip
+    (state / "nova.yml").write_text(
+        f"name: nova-real\ninventory: {state / 'hosts.yml'}\nlayers: [vm]\nrepeats: 1\n"
+        "layer_options:\n  vm: {provider: nova, network: dlinfra-net, ram_mb: 1536, disk_gb: 8, name_prefix: pr, "
+        "boot_timeout: 900}\n"
+        "workloads:\n  - name: sysbench-cpu\n    matrix: {mode: [single], time: [2]}\n"
+    )
+    started = time.monotonic()
+    db = state / "r.db"
+    argv = [sys.executable, "-m", "dlinfra", "--db", str(db), "run", str(state / "nova.yml"), "--artifacts",
+            str(state / "campaign")]  # fmt: skip
+    run = subprocess.run(argv, capture_output=True, text=True, check=False)
+    print(f"dlinfra run: rc {run.returncode} in {time.monotonic() - started:.1f} s\n{run.stdout[-2500:]}"
+          f"{run.stderr[-2500:]}", flush=True)  # fmt: skip
+    rows = subprocess.run(["sqlite3", str(db), "SELECT layer, workload, status, physical_host, emulated, "
+                           "examples_per_sec, json_extract(record_json, '$.provenance.target_details') FROM runs"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    print("rows:", rows.stdout, rows.stderr, _show("virsh", "list", "--all"), flush=True)
 
 
 if __name__ == "__main__":

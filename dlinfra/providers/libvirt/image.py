@@ -31,7 +31,7 @@ from dlinfra.testbed.dockerd import unmount_under
 if TYPE_CHECKING:
     from dlinfra.images.wheelhouse import Wheelhouse
 
-IMAGE_FORMAT_VERSION = 8  # bump when the customisation below changes: a new cache entry is built
+IMAGE_FORMAT_VERSION = 9  # bump when the customisation below changes: a new cache entry is built
 #: What a guest's rootfs holds; those the container image's rootfs lacks are installed into a copy of it.
 GUEST_PACKAGES = (
     "apparmor",  # the guest kernel enables AppArmor: dockerd then needs apparmor_parser for docker-default
@@ -68,18 +68,23 @@ MASKED_UNITS = (
     "getty@tty1.service",
 )
 
-# Runs every boot before sshd and networkd: applies the per-guest seed disk (label cidata, dlinfra/ folder).
+# Runs every boot before sshd and networkd: applies the per-guest seed disk (label cidata, dlinfra/ folder), or
+# the config drive Nova gives (label config-2), converted into that folder by config_drive.py (CONFIG_DRIVE_SEED).
 SEED_SCRIPT = r"""#!/bin/sh
 # dlinfra first-boot seed: host key, login user and authorized key, hostname, static network.
 # blkid scans the disks itself, so a slow udev (heavily loaded, emulated hosts) cannot make us miss the seed.
 set -eu
 dev=""
+label=""
 i=0
 while [ -z "$dev" ]; do
-    dev=$(blkid -l -o device -t LABEL=cidata 2>/dev/null || true)
+    for label in cidata config-2; do
+        dev=$(blkid -l -o device -t LABEL=$label 2>/dev/null || true)
+        [ -n "$dev" ] && break
+    done
     [ -n "$dev" ] && break
     i=$((i + 1))
-    [ "$i" -ge 600 ] && { echo "dlinfra-seed: no disk labelled cidata" >&2; exit 1; }
+    [ "$i" -ge 600 ] && { echo "dlinfra-seed: no disk labelled cidata or config-2" >&2; exit 1; }
     sleep 1
 done
 # Not in /tmp: systemd-tmpfiles-setup empties /tmp at boot, beside this unit. When it ran between the mktemp and
@@ -88,6 +93,10 @@ done
 mnt=$(mktemp -d /run/dlinfra-seed.XXXXXX)
 mount -o ro "$dev" "$mnt"
 s="$mnt/dlinfra"
+if [ "$label" = config-2 ]; then
+    s=$(mktemp -d /run/dlinfra-seed-drive.XXXXXX)
+    python3 /usr/local/lib/dlinfra/config_drive.py "$mnt" "$s" || { umount "$mnt"; exit 1; }
+fi
 install -m 0644 "$s/hostname" /etc/hostname
 hostname -F /etc/hostname
 rm -f /etc/ssh/ssh_host_*
@@ -105,8 +114,17 @@ install -m 0644 "$s/10-dlinfra.network" /etc/systemd/network/10-dlinfra.network
 install -m 0644 "$s/resolv.conf" /etc/resolv.conf
 umount "$mnt"
 rmdir "$mnt"
-echo "dlinfra-seed: applied to $(cat /etc/hostname)"
+if [ "$label" = config-2 ]; then
+    # Nobody knew this host key before the boot: print it where Nova's console API shows it, as cloud-init does
+    # (straight to the console: the journal's copy carries a unit prefix that the reader does not trust).
+    { echo "-----BEGIN SSH HOST KEY KEYS-----"; cat "$s/ssh_host_ed25519_key.pub"
+      echo "-----END SSH HOST KEY KEYS-----"; } > /dev/console
+    rm -rf "$s"
+fi
+echo "dlinfra-seed: applied to $(cat /etc/hostname) from its $label disk"
 """
+#: The config drive's converter, copied into the image (stdlib only: it runs on the guest's python3).
+CONFIG_DRIVE_SEED = Path(__file__).with_name("config_drive.py")
 
 SEED_UNIT = r"""[Unit]
 Description=dlinfra seed: SSH host key, authorized key, static network
@@ -193,6 +211,8 @@ def _customise(root: Path) -> None:
     script = root / "usr/local/sbin/dlinfra-seed"
     script.write_text(SEED_SCRIPT)
     script.chmod(0o755)
+    (root / "usr/local/lib/dlinfra").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(CONFIG_DRIVE_SEED, root / "usr/local/lib/dlinfra/config_drive.py")
     (root / "etc/systemd/system/dlinfra-seed.service").write_text(SEED_UNIT)
     sshd_d = root / "etc/ssh/sshd_config.d"
     sshd_d.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,7 @@ from dlinfra.errors import SpecError, TargetError
 from dlinfra.images.disk import disk_format, file_sha256
 from dlinfra.inventory import InventoryHost
 from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.providers.libvirt.config_drive import USER_KEY
 from dlinfra.providers.libvirt.image import build_guest_image
 from dlinfra.providers.nova.cloud import (
     IMAGE_KIND,
@@ -232,7 +233,9 @@ class NovaProvider(Provider):
         todo = [name for name in self._names if name not in found]
         if todo:
             public = self._key.with_name(self._key.name + ".pub").read_text().strip() if self._key else ""
-            server: dict[str, Any] = {"image": self._image, "metadata": {LABEL_KEY: self.run_label}}
+            # The login user travels in the server's metadata: the guest image's seed reads it from the config drive.
+            metadata = {LABEL_KEY: self.run_label, USER_KEY: str(self._options.get("user", "dlinfra"))}
+            server: dict[str, Any] = {"image": self._image, "metadata": metadata}
             if self._options.get("network"):
                 server["network"] = self._options["network"]
             extravars = {
