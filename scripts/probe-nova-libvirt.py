@@ -55,8 +55,10 @@ class LibvirtNova(OpenStackServices):
                 "compute_driver = libvirt.LibvirtDriver\nforce_config_drive = true\nforce_raw_images = false\n"
                 "vif_plugging_is_fatal = false\nvif_plugging_timeout = 0",  # no agent sends network-vif-plugged
             )
+            # host-model, not none: QEMU's default CPU (qemu64) has no AVX2, and the payload's wheels die of SIGILL
+            # on it; under TCG, libvirt's host model is EPYC with AVX2 (virsh domcapabilities --virttype qemu).
             text += (
-                "[libvirt]\nvirt_type = qemu\nconnection_uri = qemu:///system\ncpu_mode = none\n"
+                "[libvirt]\nvirt_type = qemu\nconnection_uri = qemu:///system\ncpu_mode = host-model\n"
                 f"[nova_sys_admin]\nhelper_command = {helper}\n[vif_plug_ovs_privileged]\nhelper_command = {helper}\n"
                 "[os_vif_ovs]\novsdb_connection = unix:/var/run/openvswitch/db.sock\n"
             )

@@ -493,7 +493,7 @@ class Launcher:
         if outcome.killed:
             outcome.error = "stopped by dlinfra"
         elif result.exit_code == -1:
-            outcome.error = "connection lost (the SSH channel closed without an exit status)"
+            outcome.error = _without_exit_status(conn)
         elif result.exit_code == 124:
             outcome.error = "killed by the cell timeout"
 
@@ -632,3 +632,17 @@ def _wait_processes(
         cancel.set()
         return "interrupted by the user (Ctrl-C)"
     return None
+
+
+def _without_exit_status(conn: Transport) -> str:
+    """Why a process's channel closed with no exit status. sshd sends none for a process that a signal ended, nor
+    for a link that died: a link that still opens a channel tells the first from the second."""
+    try:
+        conn.check()
+    except LinkLost as exc:
+        return f"connection lost (the SSH channel closed without an exit status; the link: {exc.cause})"
+    return (
+        "killed by a signal on the target (the link is alive, and sshd reports no exit status for a signal): a "
+        "crash, such as SIGILL on a CPU without the instructions the payload's wheels need (a guest's CPU model "
+        "without AVX2), or the OOM killer"
+    )

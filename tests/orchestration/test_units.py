@@ -300,6 +300,53 @@ def test_a_single_cell_is_one_command_and_a_link_that_died_since_the_last_cell_i
     assert run.status == "failed" and "wrote no record" in (run.failure_reason or "")  # nothing ran for real
 
 
+@pytest.mark.parametrize("link_alive", [True, False], ids=["signal", "link-lost"])
+def test_a_process_that_ends_without_an_exit_status_is_told_killed_or_link_lost(link_alive: bool) -> None:
+    """sshd sends no exit status for a process that a signal ended (a payload with AVX2 wheels on a guest CPU model
+    without AVX2 dies of SIGILL at once: seen on a Nova guest) nor for a link that died: the failure says which,
+    by whether the link still opens a channel."""
+    from dlinfra.orchestration.cells import Cell
+    from dlinfra.orchestration.launch import Launcher
+    from dlinfra.record import config_hash
+    from dlinfra.transport import CommandResult, LinkLost, Transport, TransportPool
+
+    class NoExitStatus(Transport):
+        name = "h1"
+
+        def run(self, argv, *, env=None, timeout=None, on_stdout=None) -> CommandResult:
+            return CommandResult(-1, "", "")
+
+        def read(self, path: str) -> bytes:
+            raise FileNotFoundError(path)
+
+        def put(self, local: str, remote: str) -> None: ...
+
+        def alive(self) -> bool:
+            return True
+
+        def check(self, timeout: float = 5.0) -> None:
+            if not link_alive and self.checked:
+                raise LinkLost(self.name, "channel open timed out")
+            self.checked = True  # the check before the payload starts passes
+
+        def close(self) -> None: ...
+
+        checked = False
+
+    config = {"layer": "bm", "workload": "mnist-dnn", "mode": "single", "steps": 3, "batch_size": 8, "host": "h1"}
+    cell = Cell(config=config, hash=config_hash(config), targets=["h1"])
+    link = NoExitStatus()
+    launcher = Launcher("units")
+    launcher.pool = TransportPool(lambda _target: link)
+    run = launcher.run_cell(cell, 0, plan(cell, {"h1": _targets(1)[0]}), timeout=60)
+    launcher.close()
+    assert run.status == "failed"
+    if link_alive:
+        assert "killed by a signal on the target" in run.failure_reason and "SIGILL" in run.failure_reason
+    else:
+        assert "connection lost" in run.failure_reason and "channel open timed out" in run.failure_reason
+
+
 def test_a_cell_ends_when_its_record_arrives_on_the_channel_not_when_its_process_has_exited() -> None:
     """The payload prints its record the moment it is written (``--echo-record``); the kernel's teardown of the
     process after that (0.1-0.6 s for TensorFlow in an emulated guest) is reaped off the cell's clock, and the

@@ -58,6 +58,7 @@ from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
 from dlinfra.runtime.runs_registry import RunClaim, claim
 from dlinfra.runtime.wait import retry_until
+from dlinfra.transport import SshTransport
 
 if TYPE_CHECKING:
     from dlinfra.runtime.sweep_report import SweepReport
@@ -310,9 +311,10 @@ class NovaProvider(Provider):
 
         def ready(target: Target) -> Target:  # SSH refuses while the guest boots
             def answers() -> Target:
-                if "stand_in_host" not in target.details:
-                    self._learn_host_key(target)
-                return read_facts(target)
+                if "stand_in_host" in target.details:
+                    return read_facts(target)
+                self._learn_host_key(target)
+                return _mark_emulation(read_facts(target))
 
             return retry_until(
                 f"nova: server {target.name} is ACTIVE but does not answer SSH",
@@ -409,3 +411,17 @@ class NovaProvider(Provider):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "run_label": self.run_label, "cloud": self._cloud}
+
+
+def _mark_emulation(target: Target) -> Target:
+    """Mark the target emulated where its guest runs under QEMU's TCG, as the libvirt provider does. Nova does not
+    say it (its hypervisor type reads QEMU under KVM too); the guest does: ``systemd-detect-virt`` tells ``qemu``
+    (TCG) from ``kvm``. Unmarked, a TCG guest's figures would be compared with real machines' as if comparable."""
+    link = SshTransport(target.ssh)
+    try:
+        found = link.run(["systemd-detect-virt", "--vm"]).stdout.strip()
+    finally:
+        link.close()
+    target.details["virt_type"] = found or "unknown"
+    target.emulated = found == "qemu"
+    return target
