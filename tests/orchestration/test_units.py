@@ -312,6 +312,7 @@ def test_a_process_that_ends_without_an_exit_status_is_told_killed_or_link_lost(
 
     class NoExitStatus(Transport):
         name = "h1"
+        checked = False
 
         def run(self, argv, *, env=None, timeout=None, on_stdout=None) -> CommandResult:
             return CommandResult(-1, "", "")
@@ -330,8 +331,6 @@ def test_a_process_that_ends_without_an_exit_status_is_told_killed_or_link_lost(
             self.checked = True  # the check before the payload starts passes
 
         def close(self) -> None: ...
-
-        checked = False
 
     config = {"layer": "bm", "workload": "mnist-dnn", "mode": "single", "steps": 3, "batch_size": 8, "host": "h1"}
     cell = Cell(config=config, hash=config_hash(config), targets=["h1"])
