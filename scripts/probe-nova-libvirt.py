@@ -83,6 +83,7 @@ def main() -> None:
     """The ``nova`` provider's own up and down against Nova's libvirt driver: it uploads dlinfra's guest image
     (disk, kernel, initrd), boots a server with a config drive, reads the host key from its console, and reaches
     it over SSH at the address Nova reports (no inventory host stands in)."""
+    from dlinfra.images.wheelhouse import build_wheelhouse
     from dlinfra.providers.base import LayerSpec
     from dlinfra.providers.nova.provider import NovaProvider
 
@@ -96,7 +97,7 @@ def main() -> None:
         conn = stack.connection()
         print("hypervisors:", [(h.name, h.hypervisor_type) for h in conn.compute.hypervisors()], flush=True)
         options = {"network": NETWORK, "ram_mb": 1024, "disk_gb": 8, "name_prefix": "pv", "boot_timeout": 900}
-        spec = LayerSpec("vm", [], Path("inventory.yml"), options, artifacts)
+        spec = LayerSpec("vm", [], Path("inventory.yml"), options, artifacts, wheelhouse=build_wheelhouse())
         provider = NovaProvider("vm")
         started = time.monotonic()
         if os.environ.get("PROBE_CAMPAIGN_ONLY"):
@@ -136,15 +137,16 @@ def main() -> None:
 
 
 def _campaign(state: Path) -> None:
-    """``dlinfra run`` with one vm cell on a server Nova boots from the guest image with the payload baked in."""
-    # A campaign's layers are planned per inventory host: one host carries vm and stands for the cloud. The server
-    # (pr1) is not named after it, so the provider reaches it at its address on the network, as any server.
+    """``dlinfra run`` with a vm and a ctr-vm cell on one server Nova boots from the guest image (the payload
+    baked in, the payload image's dependencies in its Docker store): ctr-vm stacks on it as on a libvirt guest."""
+    # A campaign's layers are planned per inventory host: one host carries vm and ctr-vm and stands for the cloud.
+    # The server (pr1) is not named after it, so the provider reaches it at its address on the network.
     (state / "hosts.yml").write_text("all:\n  hosts:\n    cloud:\n      ansible_host: 127.0.0.1\n"
-                                     "      dlinfra_layers: [vm]\n")  # fmt: skip
+                                     "      dlinfra_layers: [vm, ctr-vm]\n")  # fmt: skip
     (state / "nova.yml").write_text(
-        f"name: nova-real\ninventory: {state / 'hosts.yml'}\nlayers: [vm]\nrepeats: 1\n"
-        "layer_options:\n  vm: {provider: nova, network: dlinfra-net, ram_mb: 1536, disk_gb: 8, name_prefix: pr, "
-        "boot_timeout: 900}\n"
+        f"name: nova-real\ninventory: {state / 'hosts.yml'}\nlayers: [vm, ctr-vm]\nrepeats: 1\n"
+        "layer_options:\n  vm: {provider: nova, network: dlinfra-net, ram_mb: 2048, disk_gb: 8, name_prefix: pr, "
+        "boot_timeout: 900}\n  ctr-vm: {provider: docker, run_id: pnova}\n"
         "workloads:\n  - name: sysbench-cpu\n    matrix: {mode: [single], time: [2]}\n"
     )
     started = time.monotonic()
@@ -152,7 +154,7 @@ def _campaign(state: Path) -> None:
     argv = [sys.executable, "-m", "dlinfra", "--db", str(db), "run", str(state / "nova.yml"), "--artifacts",
             str(state / "campaign")]  # fmt: skip
     run = subprocess.run(argv, capture_output=True, text=True, check=False)
-    print(f"dlinfra run: rc {run.returncode} in {time.monotonic() - started:.1f} s\n{run.stdout[-2500:]}"
+    print(f"dlinfra run: rc {run.returncode} in {time.monotonic() - started:.1f} s\n{run.stdout[-8000:]}"
           f"{run.stderr[-2500:]}", flush=True)  # fmt: skip
     rows = subprocess.run(["sqlite3", str(db), "SELECT layer, workload, status, physical_host, emulated, "
                            "examples_per_sec, json_extract(record_json, '$.provenance.target_details') FROM runs"],

@@ -74,10 +74,10 @@ def test_never_fails_within_the_bound_naming_host_guest_and_reason(hanging_image
     try:
         with pytest.raises(DlinfraError) as caught:
             provider.up_guests([GuestSpec("hang1", vcpus=1, memory_mib=512, emulation="never")])
+        took = time.monotonic() - started  # the verdict; the clean-up after it is not what the bound is about
     finally:
         provider.down()
         provider.close()
-    took = time.monotonic() - started
     message = str(caught.value)
     assert took < BOUND_S, f"{took:.0f} s: {message}"
     assert "KVM" in message and provider.host in message and "hang1" in message

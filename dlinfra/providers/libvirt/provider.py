@@ -25,7 +25,7 @@ from dlinfra.providers.containers.image import build_payload_image, save_image
 from dlinfra.providers.containers.provider import controller_engine
 from dlinfra.providers.host_prep import HostToPrepare, controller, prepare
 from dlinfra.providers.libvirt.hypervisor import LOCAL_URIS, Hypervisor
-from dlinfra.providers.libvirt.image import build_guest_image
+from dlinfra.providers.libvirt.image import GuestImage, build_guest_image
 from dlinfra.providers.libvirt.spec import GUEST_OPTIONS, PROVIDER_OPTIONS, check_provider_options, guests_from_options
 from dlinfra.providers.libvirt.sweeping import discover_libvirt_runs, sweep_libvirt_run
 from dlinfra.providers.options import Option
@@ -94,7 +94,7 @@ class LibvirtVmProvider(Provider):
         self.providers = [Hypervisor(uris[h.name], physical_host=h.name, **pool) for h in self._hosts]
         for provider in self.providers:
             provider.conn  # noqa: B018 - every hypervisor answers before minutes go into an image
-        self._image = None if spec.options.get("cloud_image") else self._build_image(spec)
+        self._image = None if spec.options.get("cloud_image") else campaign_guest_image(spec)
 
     def create(self, spec: LayerSpec) -> list[Target]:
         options = {k: v for k, v in spec.options.items() if k not in ("uri", "provider")}
@@ -108,18 +108,6 @@ class LibvirtVmProvider(Provider):
         for target in targets:
             target.groups = list(next(h.groups for h in self._hosts if h.name == target.physical_host))
         return targets
-
-    @staticmethod
-    def _build_image(spec: LayerSpec) -> Any:
-        """The guest image with the campaign's payload baked in (and the ctr-vm image when stacked)."""
-        if spec.wheelhouse is None:
-            raise DlinfraError("layer vm: LayerSpec.wheelhouse is required (the campaign builds it once)")
-        docker_image = None
-        if "ctr-vm" in spec.stacked:
-            with phase("vm: payload dependencies image for ctr-vm"):
-                docker_image = _payload_docker_image(spec.wheelhouse)
-        with phase("vm: guest image", "built once, then cached by its inputs"):
-            return build_guest_image(payload=spec.wheelhouse, docker_image=docker_image)
 
     def delete(self) -> None:
         for provider in self.providers:
@@ -156,6 +144,19 @@ def _guests_for(host: InventoryHost, options: dict[str, Any], host_count: int) -
     if host_count == 1:
         return raw
     return [{**g, "name": f"{host.name}-{g.get('name', f'vm{i + 1}')}"} for i, g in enumerate(raw)]
+
+
+def campaign_guest_image(spec: LayerSpec) -> GuestImage:
+    """The guest image of a campaign's vm layer, whichever provider boots it (libvirt, nova): the payload baked
+    in, and the payload image's dependencies in its Docker store when ctr-vm runs in the guests."""
+    if spec.wheelhouse is None:
+        raise DlinfraError("layer vm: LayerSpec.wheelhouse is required (the campaign builds it once)")
+    docker_image = None
+    if "ctr-vm" in spec.stacked:
+        with phase("vm: payload dependencies image for ctr-vm"):
+            docker_image = _payload_docker_image(spec.wheelhouse)
+    with phase("vm: guest image", "built once, then cached by its inputs"):
+        return build_guest_image(payload=spec.wheelhouse, docker_image=docker_image)
 
 
 def _payload_docker_image(wheelhouse: Any) -> Path:

@@ -6,7 +6,8 @@ What ``up`` does, in order (docs/openstack.md says it for users):
    are registered with :mod:`dlinfra.secrets` so no output shows them) and resolve how each server will be
    reached: an inventory host named after it (or whose host var ``dlinfra_nova_server`` names it), else its
    address on ``network``; resolve the image (a Glance name or ID, a local file, or by default the guest
-   image dlinfra builds), uploaded once and found again by its content hash (tag ``dlinfra-sha256-<hash>``);
+   image the libvirt provider boots: the payload baked in, and the payload image's dependencies in its
+   Docker store when ctr-vm runs on the servers), uploaded once and found again by its content hash (tag ``dlinfra-sha256-<hash>``);
 2. claim a run label in the run registry and record the cloud, the flavor, keypair and server names, and
    every image it will upload, *before* anything is created;
 3. run ``playbooks/providers/nova/up.yml`` here (``connection: local``): the ``openstack.cloud`` modules
@@ -39,7 +40,7 @@ from dlinfra.images.disk import disk_format, file_sha256
 from dlinfra.inventory import InventoryHost
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.libvirt.config_drive import USER_KEY
-from dlinfra.providers.libvirt.image import build_guest_image
+from dlinfra.providers.libvirt.provider import campaign_guest_image
 from dlinfra.providers.nova.cloud import (
     IMAGE_KIND,
     LABEL_KEY,
@@ -208,7 +209,7 @@ class NovaProvider(Provider):
         if wanted:
             path = Path(os.path.expanduser(str(wanted))).resolve()
             return self._by_hash(path, disk_format(path), "bare", {})
-        guest = build_guest_image(payload=spec.wheelhouse)
+        guest = campaign_guest_image(spec)
         if guest.kernel is None or guest.initrd is None:
             return self._by_hash(guest.disk, "qcow2", "bare", {})
         kernel = self._by_hash(guest.kernel, "aki", "aki", {})
