@@ -7,7 +7,8 @@ What ``up`` does, in order (docs/openstack.md says it for users):
    reached: an inventory host named after it (or whose host var ``dlinfra_nova_server`` names it), else its
    address on ``network``; resolve the image (a Glance name or ID, a local file, or by default the guest
    image the libvirt provider boots: the payload baked in, and the payload image's dependencies in its
-   Docker store when ctr-vm runs on the servers), uploaded once and found again by its content hash (tag ``dlinfra-sha256-<hash>``);
+   Docker store when ctr-vm runs on the servers), uploaded once and found again by its content hash (tag
+   ``dlinfra-sha256-<hash>``);
 2. claim a run label in the run registry and record the cloud, the flavor, keypair and server names, and
    every image it will upload, *before* anything is created;
 3. run ``playbooks/providers/nova/up.yml`` here (``connection: local``): the ``openstack.cloud`` modules
