@@ -388,9 +388,9 @@ class Hypervisor:
         try:
             self._provision()
         finally:
+            self.timings["provision_s"] = round(time.monotonic() - started, 1)  # also when QEMU refused to start
             for seed in seeds.values():
                 seed.unlink(missing_ok=True)  # it holds the guest's private host key
-        self.timings["provision_s"] = round(time.monotonic() - started, 1)
 
         boot_started = time.monotonic()
         targets = [
