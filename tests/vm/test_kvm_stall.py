@@ -76,19 +76,19 @@ def test_never_fails_within_the_bound_naming_host_guest_and_reason(hanging_image
     try:
         with pytest.raises(DlinfraError) as caught:
             provider.up_guests([GuestSpec("hang1", vcpus=1, memory_mib=512, emulation="never")])
-        # From the guest's start to the verdict: not the playbook that made it, nor the clean-up after it.
-        took = time.monotonic() - started - provider.timings["provision_s"]
+        took = time.monotonic() - started  # to the verdict: the clean-up after it is not what the bound is about
     finally:
         provider.down()
         provider.close()
     message = str(caught.value)
-    assert took < BOUND_S, f"{took:.0f} s: {message}"
     assert "KVM" in message and provider.host in message and "hang1" in message
     assert "emulation: allow" in message  # what to do
     if "made no boot progress" in message:  # QEMU ran the guest under KVM, and the console watch caught it
         assert "console" in message
-    else:  # no KVM here at all, or QEMU refused to start the guest under it
+        took -= provider.timings["provision_s"]  # from the guest's start: not the playbook that made it
+    else:  # no KVM here at all (refused before anything is made), or QEMU refused to start the guest under it
         assert "not available" in message or "does not start under KVM" in message
+    assert took < BOUND_S, f"{took:.0f} s: {message}"
 
 
 def test_allow_falls_back_to_tcg_within_the_bound_and_remembers(hanging_image, tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_allow_falls_back_to_tcg_within_the_bound_and_remembers(hanging_image, t
         with pytest.raises(DlinfraError) as caught:  # TCG cannot boot it either: it waits boot_timeout, then fails
             provider.up_guests([GuestSpec("hang2", vcpus=1, memory_mib=512, emulation="allow")])
         kvm_works = provider._kvm_available()
-        booted = started + provider.timings["provision_s"]  # when the guest started (the up playbook's end)
+        booted = started + provider.timings.get("provision_s", 0.0)  # the guest's start (the up playbook's end)
         watch = provider.consoles["hang2"]
     finally:
         provider.down()
@@ -124,7 +124,7 @@ def test_allow_falls_back_to_tcg_within_the_bound_and_remembers(hanging_image, t
     assert kvm_stalled(watch, started)
     fallback = [(t, line) for t, line in log.lines if "under QEMU TCG" in line]
     if kvm_works and "QEMU refused KVM" in log.getvalue():  # as on nested machines: QEMU exits at once
-        assert fallback[0][0] - booted < BOUND_S, log.getvalue()
+        assert fallback[0][0] - started < BOUND_S, log.getvalue()  # said within the up playbook
     elif kvm_works:  # QEMU ran the guest under KVM; the console watch saw no progress
         assert fallback, log.getvalue()
         assert fallback[0][0] - booted < BOUND_S, log.getvalue()
