@@ -176,11 +176,13 @@ def test_the_shield_moves_a_hog_off_the_payloads_cpu_and_absent_restores_everyth
         again = run_playbook("shield.yml", inventory=inventory, extravars=present, artifacts_dir=tmp_path / "a2")
         assert again.ok and again.changed == 0
     finally:
-        absent = {**common, "measurement_shield_state": "absent"}
-        restored = run_playbook("shield.yml", inventory=inventory, extravars=absent, artifacts_dir=tmp_path / "a3")
-        hog_after = _affinity(hog.pid)
-        hog.kill()
-        hog.wait()
+        try:
+            absent = {**common, "measurement_shield_state": "absent"}
+            restored = run_playbook("shield.yml", inventory=inventory, extravars=absent, artifacts_dir=tmp_path / "a3")
+            hog_after = _affinity(hog.pid)
+        finally:  # a failed restore must not leave a busy loop on the machine (it contaminates every later cell)
+            hog.kill()
+            hog.wait()
     assert restored.ok and restored.changed >= 1 and not state.exists()
     assert hog_after == hog_before and _affinity(os.getpid()) == set(cpus)
     assert _thp() == thp_before
