@@ -2,7 +2,8 @@
 
 The ``fake-hardware`` nodes it holds go through Ironic's real state machine but have no machine behind
 them to SSH into: the tests enroll nodes named after the local testbed's hosts, and those hosts stand in
-for the deployed machines (the provider reaches a node as the inventory host of the same name).
+for the deployed machines (the provider reaches a node as the inventory host of the same name), or nodes
+whose ``network_data`` records a testbed host's address (the provider reaches the node at that address).
 """
 
 from __future__ import annotations
@@ -54,3 +55,16 @@ def enroll(name: str, resource_class: str = RESOURCE_CLASS, poll: float = 0.05) 
     if node.power_state != "power off":
         conn.baremetal.set_node_power_state(node.id, "power off")
     return conn.baremetal.get_node(node.id)
+
+
+def record_address(node_id: str, address: str, mac: str = "52:54:00:00:00:01") -> None:
+    """Record ``address`` as the node's static IPv4 network in its ``network_data`` (API 1.66), as an operator
+    does for a node on a network without DHCP; the provider reaches a node there when no inventory host is named
+    after it."""
+    network_data = {
+        "links": [{"id": "port0", "type": "phy", "ethernet_mac_address": mac}],
+        "networks": [{"id": "net0", "link": "port0", "type": "ipv4", "ip_address": address,
+                      "netmask": "255.255.255.0", "network_id": "dlinfra"}],
+        "services": [],
+    }  # fmt: skip
+    connection().baremetal.patch_node(node_id, [{"op": "add", "path": "/network_data", "value": network_data}])

@@ -52,6 +52,8 @@ class Case:
     #: Whether the payload has to be deployed (else it came with the target's image and is only checked).
     deploy: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Tells apart two cases of one provider and layer (in the test ids).
+    variant: str = ""
 
 
 def _need_testbed() -> None:
@@ -89,6 +91,23 @@ def _need_ironic() -> None:
     enroll(f"{TESTBED}-h1")
 
 
+def _need_ironic_adoption() -> None:
+    """A fake-hardware node that no inventory host is named after, whose ``network_data`` records the testbed
+    host's address: the provider adopts it and reaches it there, with the SSH settings of the layer's one host."""
+    _need_testbed()
+    need_module("openstack")
+    from ironic_support import enroll, ironic_service, record_address
+
+    from dlinfra.inventory import load_inventory
+    from dlinfra.testbed.local import LocalTestbed
+
+    ironic_service()
+    state = LocalTestbed(TESTBED).state()
+    assert state is not None, "the testbed fixture brings the testbed up first"
+    [host] = load_inventory(state.inventory)
+    record_address(enroll(f"{TESTBED}-adopted", resource_class=ADOPT_CLASS).id, host.address)
+
+
 def _need_nova() -> None:
     """Real OpenStack services (started once per test process) and a Glance image; the server is named after the
     testbed's host ``{TESTBED}-h1``, which stands in for the guest (Nova's fake virt driver runs none)."""
@@ -99,6 +118,9 @@ def _need_nova() -> None:
     nova_services()  # sets OS_CLIENT_CONFIG_FILE and OS_CLOUD for this process and the controllers it starts
     test_image()
 
+
+#: The adoption case's resource class: apart from the deploy case's nodes.
+ADOPT_CLASS = "dlinfra-adopt"
 
 CASES = [
     Case(
@@ -136,6 +158,13 @@ CASES = [
         _need_ironic, deploy=True,
     ),
     Case(
+        "ironic", "bm", {"resource_class": ADOPT_CLASS, "adopt": True, "poll_interval": 0.05, "deploy_timeout": 120,
+                         "instance_info": {"image_source": "http://127.0.0.1/dlinfra-guest.qcow2"}},
+        [({"resource_class": "x", "adopt": True}, r"layer_options.bm.adopt: adoption needs instance_info.image_source"),
+         ({"resource_class": "x", "adopt": "yes"}, r"layer_options.bm.adopt")],
+        _need_ironic_adoption, deploy=True, variant="adopt",
+    ),
+    Case(
         "nova", "vm", {"name_prefix": f"{TESTBED}-h", "image": "dlinfra-test-image", "network": "dlinfra-net",
                        "ram_mb": 256, "disk_gb": 1, "poll_interval": 0.1, "boot_timeout": 120},
         [({"count": 0}, r"layer_options.vm.count: 0 must be a positive integer"),
@@ -147,7 +176,7 @@ CASES = [
         _need_nova, deploy=True,
     ),
 ]  # fmt: skip
-IDS = [f"{c.provider}-{c.layer}" for c in CASES]
+IDS = ["-".join(filter(None, (c.provider, c.layer, c.variant))) for c in CASES]
 
 
 def test_every_shipped_provider_has_a_case() -> None:
@@ -227,6 +256,9 @@ def test_up_twice_verify_the_payload_then_down_leaves_nothing(
         assert bool(made) == (case.provider != "ssh"), f"{case.provider} made {made} under {labels}"
         if case.provider == "ironic":  # the node behind the target is the one deployed, and it is active
             assert {t.details["ironic_node_name"] for t in targets} == {t.name for t in targets}
+            if case.variant == "adopt":  # reached at the address Ironic records, not as an inventory host
+                assert [t.details["address_from"] for t in targets] == ["network_data"]
+                assert [t.name for t in targets] == [f"{TESTBED}-adopted"]
         if case.provider == "nova":  # the server behind the target is named after the host standing in for it
             assert [t.details["nova_server_name"] for t in targets] == [t.details["stand_in_host"] for t in targets]
         # The second up is a no-op: the same targets, and nothing new on the machine.

@@ -18,7 +18,7 @@ NODE_KIND = "ironic-node"
 #: Provision states of a node a run has deployed (or is deploying): what down and sweep undo.
 DEPLOYED = frozenset({"active", "deploy failed", "error"})
 #: States a node passes through on its own; down and sweep wait for them to settle.
-MOVING = frozenset({"deploying", "wait call-back", "deleting", "cleaning", "clean wait", "deploy wait"})
+MOVING = frozenset({"deploying", "wait call-back", "deleting", "cleaning", "clean wait", "deploy wait", "adopting"})
 #: What discover() reports: a node some run took and has not given back yet.
 TAKEN = DEPLOYED | MOVING - {"cleaning", "clean wait"}
 SETTLE_TIMEOUT_S = 300.0
@@ -32,6 +32,19 @@ def node_state(conn: Any, node_id: str) -> Any | None:
         return conn.baremetal.get_node(node_id)
     except NotFoundException:
         return None
+
+
+def node_address(conn: Any, node_id: str) -> str | None:
+    """The IPv4 address in the node's ``network_data`` (API 1.66): the static network an operator records for a
+    node in Ironic, which Ironic writes into its config drive. None when it records none."""
+    answer = conn.baremetal.get(f"/nodes/{node_id}?fields=network_data", microversion="1.66")
+    if answer.status_code != 200:
+        raise TargetError(f"ironic node {node_id}: cannot read its network_data: HTTP {answer.status_code}")
+    data = answer.json().get("network_data") or {}
+    for network in data.get("networks") or []:
+        if str(network.get("type", "")).startswith("ipv4") and network.get("ip_address"):
+            return str(network["ip_address"])
+    return None
 
 
 def run_node_playbook(
@@ -74,8 +87,8 @@ def wait_for_state(conn: Any, nodes: dict[str, str], goal: str, timeout: float, 
             elif node.provision_state in ("deploy failed", "clean failed", "error") or (
                 node.provision_state not in MOVING and node.provision_state not in (goal, "deleted", "available")
             ):
-                if goal == "available" and node.provision_state == "active":
-                    continue  # the undeploy request is still on its way
+                if (goal, node.provision_state) in (("available", "active"), ("active", "manageable")):
+                    continue  # the undeploy (adopt) request is still on its way
                 failed.append(
                     f"node {name} ({node_id}) is {node.provision_state}: {node.last_error or 'no error given'}"
                 )

@@ -3,16 +3,19 @@
 What ``up`` does, in order (docs/openstack.md says it for users):
 
 1. resolve the nodes (``nodes``: names or UUIDs; or ``resource_class`` + ``count``: that many
-   ``available`` nodes of the class) and check each: it exists, is not in maintenance, is ``available``;
-   and each has an inventory host to be reached as (same name, or host var ``dlinfra_ironic_node``);
-   any problem is one :class:`~dlinfra.errors.TargetError` naming the node, before anything changes;
+   ``available`` nodes of the class) and check each: it exists, is not in maintenance, is ``available``
+   (or ``manageable``, to be adopted); and each is reached either as the inventory host of its name (or host
+   var ``dlinfra_ironic_node``), or at the IPv4 address its ``network_data`` records, with the SSH settings
+   of the layer's one inventory host; any problem is one :class:`~dlinfra.errors.TargetError` naming the node,
+   before anything changes;
 2. claim the run label in the run registry and record the cloud and every node *before* deploying;
 3. run ``playbooks/providers/ironic/up.yml`` here (``connection: local``): the ``openstack.cloud``
    collection's ``baremetal_node_action`` deploys each node (instance_info, a config drive carrying the
-   inventory key's public key), without waiting;
+   inventory key's public key), without waiting; or, with ``adopt``, Ironic's adoption (openstacksdk: the
+   collection has no such action): ``manage``, instance_info, ``adopt``, then power on once ``active``;
 4. poll each node to ``active`` (``deploy failed`` -> its ``last_error``; ``deploy_timeout`` -> the
-   node and its state), then reach each as its inventory host over SSH, exactly as the ``ssh``
-   provider does (:func:`dlinfra.providers.ssh.provider.target_from_host`, ``read_facts``).
+   node and its state), then reach each over SSH, host key checked, exactly as the ``ssh`` provider does
+   (:func:`dlinfra.providers.ssh.provider.target_from_host`, ``read_facts``).
 
 ``down`` undeploys (``down.yml``, ``state: absent``) only the recorded nodes that are deployed, polls
 them back to ``available`` and releases the claim. Credentials come only the OpenStack way
@@ -35,6 +38,7 @@ from dlinfra.providers.ironic.nodes import (
     NODE_KIND,
     SETTLE_TIMEOUT_S,
     TAKEN,
+    node_address,
     node_state,
     recorded_nodes,
     run_node_playbook,
@@ -45,6 +49,7 @@ from dlinfra.providers.ironic.nodes import (
 from dlinfra.providers.openstack_cloud import connect, layer_cloud
 from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
+from dlinfra.runtime.progress import note
 from dlinfra.runtime.runs_registry import RunClaim, claim
 from dlinfra.runtime.wait import retry_until
 
@@ -71,11 +76,14 @@ class IronicProvider(Provider):
         "cloud": Option("the cloud of your clouds.yaml that reaches Ironic (default: $OS_CLOUD)", "str",
                         pattern=NON_EMPTY, shape="a cloud name"),
         "nodes": Option("node names or UUIDs to deploy (each reached as the inventory host of that name)", "list"),
-        "resource_class": Option("adopt `count` available nodes of this resource class instead of naming them",
+        "resource_class": Option("take `count` available nodes of this resource class instead of naming them",
                                  "str", pattern=NON_EMPTY, shape="a resource class name"),
         "count": Option("how many nodes of resource_class", "int", 1, low=1, high=1024),
         "instance_info": Option(f"{', '.join(INSTANCE_INFO_KEYS)} for the deploy", "mapping"),
         "config_drive": Option("put the inventory key's SSH public key in a config drive", "bool", True),
+        "adopt": Option("take over nodes already installed instead of deploying them (Ironic's adoption: "
+                        "manageable -> active, nothing written to their disks; instance_info.image_source names "
+                        "what they run), then power them on", "bool", False),
         "deploy_timeout": Option("how long a node may take to become active (undeploy waits at least 300 s)",
                                  "number", 1800, above=0, unit="seconds"),
         "poll_interval": Option("time between node state reads", "number", 1.0, above=0, unit="seconds"),
@@ -93,6 +101,8 @@ class IronicProvider(Provider):
         self._options: dict[str, Any] = {}
         self._artifacts: Path | None = None
         self._drive_keys: dict[str, str] | None = None  # node id -> the SSH public key its config drive carries
+        self._addresses: dict[str, str] = {}  # node id -> the address its network_data records (no host of its name)
+        self._cloud_host: InventoryHost | None = None  # whose SSH settings reach the nodes at those addresses
 
     # ------------------------------------------------------------ validate
     @classmethod
@@ -121,6 +131,11 @@ class IronicProvider(Provider):
             )
         if not all(isinstance(v, str) for v in info.values()):
             raise SpecError(f"{where}.instance_info: values must be strings")
+        if options.get("adopt") and not info.get("image_source"):
+            raise SpecError(
+                f"{where}.adopt: adoption needs instance_info.image_source",
+                "name the image the nodes run (Ironic records it; nothing is written)",
+            )
 
     # ------------------------------------------------------------------ up
     def create_dependencies(self, spec: LayerSpec) -> None:
@@ -131,8 +146,10 @@ class IronicProvider(Provider):
         self._clouds_yaml = os.environ.get("OS_CLIENT_CONFIG_FILE") or None
         self._conn = connect(self._cloud, self._clouds_yaml)
         nodes = self._resolve_nodes(spec.options)
+        self._cloud_host = spec.hosts[0] if len(spec.hosts) == 1 else None
         self._picked = [(node, self._host_for(node, spec)) for node in nodes]
-        self._drive_keys = self._config_drive_keys(spec) if spec.options.get("config_drive", True) else None
+        deploys = spec.options.get("config_drive", True) and not spec.options.get("adopt")
+        self._drive_keys = self._config_drive_keys(spec) if deploys else None
         self._claim = self._claim or claim(self.run_label, "ironic", cloud=self._cloud, clouds_yaml=self._clouds_yaml)
         for node, _host in self._picked:
             self._claim.add(NODE_KIND, key=node.id, node=node.id, name=node.name, cloud=self._cloud,
@@ -157,13 +174,14 @@ class IronicProvider(Provider):
                 taken = taken_by_live_runs()
                 candidates = [
                     n
-                    for n in baremetal.nodes(details=True, resource_class=rclass, provision_state="available")
-                    if not n.is_maintenance and n.id not in taken
+                    for n in baremetal.nodes(details=True, resource_class=rclass)
+                    if n.provision_state in self._takes and not n.is_maintenance and n.id not in taken
                 ]
                 candidates.sort(key=lambda n: n.name or n.id)
                 if len(candidates) < count:
                     raise TargetError(
-                        f"ironic: {count} available node(s) of resource class {rclass} asked for, "
+                        f"ironic: {count} {' or '.join(sorted(self._takes))} node(s) of resource class {rclass} "
+                        "asked for, "
                         f"{len(candidates)} found in cloud {self._cloud}",
                         "enroll and provide more nodes, or lower layer_options.bm.count",
                     )
@@ -185,26 +203,47 @@ class IronicProvider(Provider):
             )
         if node.provision_state == "active" and node.id in self._recorded:
             return  # deployed by this very run (an up after a failed wait)
-        if node.provision_state != "available":
+        if node.provision_state not in self._takes:
             raise TargetError(
-                f"{label} is {node.provision_state}, not available",
-                "deploy only available nodes: undeploy it or provide it "
+                f"{label} is {node.provision_state}, not {' or '.join(sorted(self._takes))}",
+                "deploy only available nodes (adopt: available or manageable ones): undeploy it or provide it "
                 "(openstack baremetal node undeploy / manage / provide)",
             )
 
-    def _host_for(self, node: Any, spec: LayerSpec) -> InventoryHost:
+    @property
+    def _takes(self) -> frozenset[str]:
+        """The provision states a node may be in to be taken by this run."""
+        return frozenset({"available", "manageable"} if self._options.get("adopt") else {"available"})
+
+    def _host_for(self, node: Any, spec: LayerSpec) -> InventoryHost | None:
+        """The inventory host the node is reached as; None: at the address its network_data records."""
         refs = {node.id, *([node.name] if node.name else [])}
         for host in spec.hosts:
             if host.name in refs or str(host.vars.get("dlinfra_ironic_node", "")) in refs:
                 return host
-        raise TargetError(
-            f"ironic node {node.name or node.id}: no inventory host in {spec.inventory} to reach it as",
-            "add a host named after the node, or set its host var dlinfra_ironic_node to the node's name or UUID",
-        )
+        label = f"ironic node {node.name or node.id}"
+        address = node_address(self._conn, node.id)
+        if address is None:
+            raise TargetError(
+                f"{label}: no inventory host in {spec.inventory} to reach it as, and no IPv4 address in its "
+                "network_data",
+                "record its address in Ironic (openstack baremetal node set --network-data FILE), add a host "
+                "named after the node, or set a host's var dlinfra_ironic_node to the node's name or UUID",
+            )
+        if len(spec.hosts) != 1:
+            raise TargetError(
+                f"{label}: reached at {address} (its network_data) as which inventory host? {spec.inventory} "
+                f"gives {len(spec.hosts)} host(s) for layer bm",
+                "keep one inventory host for the layer: its user, key and known_hosts reach the nodes",
+            )
+        self._addresses[node.id] = address
+        return None
 
     def _config_drive_keys(self, spec: LayerSpec) -> dict[str, str]:
         keys: dict[str, str] = {}
-        for node, host in self._picked:
+        for node, named in self._picked:
+            host = named or self._cloud_host
+            assert host is not None  # _host_for made sure of it
             pub = (
                 Path(os.path.expanduser(host.key_file)).with_name(Path(host.key_file).name + ".pub")
                 if host.key_file
@@ -220,6 +259,61 @@ class IronicProvider(Provider):
         return keys
 
     def create(self, spec: LayerSpec) -> list[Target]:
+        if spec.options.get("adopt"):
+            self._adopt(spec)
+        else:
+            self._deploy(spec)
+        targets = []
+        for node, host in self._picked:
+            target = self._target(node, host)
+            target.provider = self.name
+            target.details.update({"ironic_node": node.id, "ironic_node_name": node.name,
+                                   "resource_class": node.resource_class})  # fmt: skip
+            targets.append(target)
+        return targets
+
+    def _target(self, node: Any, host: InventoryHost | None) -> Target:
+        """The node as the inventory host of its name, or at its network_data address as the layer's one host."""
+        if host is not None:
+            return target_from_host(host, self.layer)
+        assert self._cloud_host is not None
+        target = target_from_host(self._cloud_host, self.layer)
+        target.name = target.physical_host = node.name or node.id
+        target.address = self._addresses[node.id]
+        target.details["address_from"] = "network_data"
+        return target
+
+    def _adopt(self, spec: LayerSpec) -> None:
+        """Ironic's adoption of each node not yet active: manage it (when available), record its image, adopt
+        it, wait until active, then power it on (adoption leaves the power as it was)."""
+        baremetal = self._conn.baremetal
+        timeout = float(spec.options.get("deploy_timeout", 1800))
+        names = {n.id: n.name or n.id for n, _h in self._picked}
+        todo = [n.id for n, _h in self._picked if node_state(self._conn, n.id).provision_state != "active"]
+        step = ""
+        try:
+            for node_id in todo:
+                step = f"node {names[node_id]}: manage"
+                if node_state(self._conn, node_id).provision_state == "available":
+                    baremetal.set_node_provision_state(node_id, "manage", wait=True, timeout=timeout)
+                step = f"node {names[node_id]}: instance_info, adopt"
+                baremetal.update_node(node_id, instance_info=dict(spec.options.get("instance_info") or {}))
+                baremetal.set_node_provision_state(node_id, "adopt")
+            wait_for_state(self._conn, names, "active", timeout, float(spec.options.get("poll_interval", 1.0)),
+                           "adopt")  # fmt: skip
+            for node_id, name in names.items():
+                step = f"node {name}: power on"
+                if node_state(self._conn, node_id).power_state != "power on":
+                    note(f"ironic: powering on node {name}")
+                    baremetal.set_node_power_state(node_id, "power on", wait=True, timeout=timeout)
+        except DlinfraError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the SDK's errors (HTTP, timeouts) name the cause
+            message = f"ironic: {step} failed in cloud {self._cloud}: {exc}"
+            raise TargetError(message, "see the node's last_error in Ironic") from None
+
+    def _deploy(self, spec: LayerSpec) -> None:
+        """Deploy each node not yet active (up.yml), then wait until all are active."""
         todo = []
         for node, _host in self._picked:
             if node_state(self._conn, node.id).provision_state == "active":
@@ -249,14 +343,6 @@ class IronicProvider(Provider):
             float(spec.options.get("poll_interval", 1.0)),
             "deploy",
         )
-        targets = []
-        for node, host in self._picked:
-            target = target_from_host(host, self.layer)
-            target.provider = self.name
-            target.details.update({"ironic_node": node.id, "ironic_node_name": node.name,
-                                   "resource_class": node.resource_class})  # fmt: skip
-            targets.append(target)
-        return targets
 
     def wait_ready(self, targets: list[Target]) -> None:
         """Each deployed machine answers SSH (host key checked) and gives its facts; retried while it boots."""
