@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from dlinfra.runtime.wait import wait_for
 from dlinfra.testbed.ironic import free_port
@@ -70,11 +71,16 @@ def boot_order(name: str) -> list[str]:
     """The domain's devices in their boot order: ``disk``, ``cdrom``, ``interface``."""
     import xml.etree.ElementTree as ET
 
+    tree = ET.fromstring(virsh("dumpxml", "--inactive", name))
     order = {}
-    for device in ET.fromstring(virsh("dumpxml", "--inactive", name)).find("devices") or []:
+    for device in tree.find("devices") or []:
         boot = device.find("boot")
         if boot is not None:
             order[int(boot.get("order", "0"))] = device.get("device") or device.tag
+    if not order:  # the firmware's own list (<os><boot dev=.../>), which the emulator replaces by the above
+        return [
+            {"hd": "disk", "network": "interface"}.get(b.get("dev", ""), b.get("dev", "")) for b in tree.iter("boot")
+        ]
     return [order[k] for k in sorted(order)]
 
 
@@ -121,3 +127,105 @@ def systems(url: str) -> list[str]:
     """The system ids the emulator lists."""
     with urllib.request.urlopen(f"{url}/redfish/v1/Systems", timeout=10) as answer:
         return [m["@odata.id"].rsplit("/", 1)[-1] for m in json.load(answer)["Members"]]
+
+
+#: The run network of the Redfish node's guest: apart from the boot-reset tests' (the pool's last /24).
+NODE_SUBNET = "10.214.253.0/24"
+#: The Redfish node's resource class: apart from the fake-hardware nodes'.
+NODE_CLASS = "dlinfra-redfish"
+NODE_NAME = "dlit-redfish-node"
+
+
+class RedfishNode:
+    """A real machine behind Ironic: a guest that dlinfra's libvirt provider booted from the project's guest image
+    (the payload baked in, seeded with its address and host key), behind sushy-tools' emulator, enrolled in the
+    session's Ironic as a ``redfish`` node (``direct`` deploy, virtual-media boot, BIOS) with a port of the guest's
+    MAC and its address in ``network_data``; ``manageable`` and powered off, as an installed, idle server. Nothing
+    maps it to a testbed host: the provider reaches it at the address Ironic records, with the SSH settings of
+    ``inventory``'s one host (the guest's login user and key, its seeded host key in ``known_hosts``).
+
+    Used by ``DLINFRA_REDFISH_CONFORMANCE=1`` runs of tests/providers/test_conformance.py (three TCG boots: the
+    guest's first, and one per adoption), not by ``make test``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.inventory = folder / "hosts.yml"
+        self.domain = ""
+        self.node_id = ""
+        self._stack = contextlib.ExitStack()
+
+    def start(self) -> RedfishNode:
+        import ironic_support
+
+        from dlinfra.images.wheelhouse import build_wheelhouse
+        from dlinfra.providers.libvirt.hypervisor import Hypervisor
+        from dlinfra.providers.libvirt.image import build_guest_image
+        from dlinfra.providers.libvirt.spec import GuestSpec
+        from dlinfra.testbed.ironic import openstack_venv
+
+        image = build_guest_image(payload=build_wheelhouse())
+        self.image_source = image.disk.as_uri()
+        hypervisor = Hypervisor(image=image, state_dir=self.folder / "guest", subnet=NODE_SUBNET, boot_timeout=900)
+        self._stack.callback(hypervisor.close)
+        self._stack.callback(hypervisor.down)
+        [guest] = hypervisor.up_guests([GuestSpec("rf1", vcpus=1, memory_mib=1536, emulation="allow")])
+        self.domain = guest.details["domain"]
+        mac = _mac(self.domain)
+        uuid = virsh("domuuid", self.domain)
+        url = self._stack.enter_context(redfish_emulator(openstack_venv(), self.folder, [uuid]))
+        conn = ironic_support.connection()
+        node = conn.baremetal.create_node(
+            name=NODE_NAME, driver="redfish", boot_interface="redfish-virtual-media", deploy_interface="direct",
+            resource_class=NODE_CLASS, properties={"capabilities": "boot_mode:bios"},
+            driver_info={"redfish_address": url, "redfish_system_id": f"/redfish/v1/Systems/{uuid}",
+                         "redfish_username": "dlinfra", "redfish_password": "unused", "redfish_verify_ca": False},
+        )  # fmt: skip
+        self.node_id = node.id
+        self._stack.callback(_forget, conn, node.id)
+        conn.baremetal.create_port(node_uuid=node.id, address=mac)
+        ironic_support.record_address(node.id, guest.address, mac)
+        conn.baremetal.set_node_provision_state(node.id, "manage", wait=True, timeout=300)
+        conn.baremetal.set_node_power_state(node.id, "power off", wait=True, timeout=300)
+        # Its network first, as a server left to PXE: the adoption must set its boot device to its disk.
+        conn.baremetal.set_node_boot_device(node.id, "pxe", persistent=True)
+        assert boot_order(self.domain)[:1] == ["interface"], boot_order(self.domain)
+        self.inventory.write_text(
+            "all:\n  hosts:\n    lab-ironic:\n      ansible_host: 127.0.0.1  # stands for the cloud; never dialled\n"
+            f"      ansible_user: {guest.user}\n      ansible_ssh_private_key_file: {guest.key_file}\n"
+            f"      dlinfra_known_hosts: {guest.known_hosts}\n      dlinfra_home: .dlinfra\n"
+            "      ansible_python_interpreter: /usr/bin/python3\n      dlinfra_layers: [bm]\n"
+        )
+        self.address = guest.address
+        return self
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+    def stop(self) -> None:
+        self._stack.close()
+
+
+def _mac(domain: str) -> str:
+    import xml.etree.ElementTree as ET
+
+    mac = ET.fromstring(virsh("dumpxml", domain)).find("devices/interface/mac")
+    assert mac is not None, f"domain {domain} has no NIC"
+    return str(mac.get("address"))
+
+
+def _forget(conn: Any, node_id: str) -> None:
+    """Delete the node (Ironic may have stopped first at the session's end: its database goes with it)."""
+    with contextlib.suppress(Exception):
+        conn.baremetal.delete_node(node_id, ignore_missing=True)
+
+
+_NODE: dict[str, Any] = {}
+
+
+def redfish_node() -> RedfishNode:
+    """The session's :class:`RedfishNode`, made once per test process (the session's Ironic first)."""
+    import ironic_support
+    from support import session_service
+
+    ironic_support.ironic_service()
+    return session_service(_NODE, "dlinfra-redfish-node-", lambda folder: RedfishNode(folder).start())

@@ -10,7 +10,9 @@ active -> deleted -> cleaning -> available, without a machine behind them).
 The ``redfish`` hardware type is enabled beside it: a node behind a Redfish
 BMC (sushy-tools' emulator in front of a libvirt guest: tests/redfish_support.py)
 is really powered and given its boot device; a node gets each interface from the
-first enabled one its hardware type supports, so fake nodes stay all fake.
+first enabled one its hardware type supports, so fake nodes stay all fake. The
+``direct`` deploy interface is enabled for adoption only (a node already installed,
+taken over: its boot device set to disk); no agent ramdisk is built here.
 
 Ironic lives in its own venv (``scripts/install-openstack.sh``, ``make openstack``;
 ``$DLINFRA_OPENSTACK_VENV``, default ``<repo>/.venv-openstack``): its pinned
@@ -48,7 +50,7 @@ auth_strategy = noauth
 rpc_transport = none
 enabled_hardware_types = fake-hardware,redfish
 enabled_boot_interfaces = fake,redfish-virtual-media
-enabled_deploy_interfaces = fake,ramdisk
+enabled_deploy_interfaces = fake,ramdisk,direct
 enabled_management_interfaces = fake,redfish
 enabled_power_interfaces = fake,redfish
 enabled_inspect_interfaces = no-inspect

@@ -54,6 +54,8 @@ class Case:
     extra: dict[str, Any] = field(default_factory=dict)
     #: Tells apart two cases of one provider and layer (in the test ids).
     variant: str = ""
+    #: The inventory the provider is given (None: the local testbed's); called after ``needs``.
+    inventory: Callable[[], Path] | None = None
 
 
 def _need_testbed() -> None:
@@ -176,6 +178,33 @@ CASES = [
         _need_nova, deploy=True,
     ),
 ]  # fmt: skip
+
+
+def _need_redfish_node() -> None:
+    """A libvirt guest from the project's image, behind a Redfish BMC emulator, enrolled as a ``redfish`` node
+    (tests/redfish_support.py): Ironic really powers it and sets its boot device; no testbed host stands in."""
+    _need_libvirt()
+    need_module("openstack")
+    from redfish_support import redfish_node
+
+    redfish_node()
+
+
+def _redfish_inventory() -> Path:
+    from redfish_support import redfish_node
+
+    return redfish_node().inventory
+
+
+if os.environ.get("DLINFRA_REDFISH_CONFORMANCE"):  # three TCG boots: run by hand (docs/openstack.md), not by CI
+    CASES.append(
+        Case(
+            "ironic", "bm", {"resource_class": "dlinfra-redfish", "adopt": True, "poll_interval": 1.0,
+                             "deploy_timeout": 900, "instance_info": {"image_source": "file:///dlinfra-guest.qcow2"}},
+            [], _need_redfish_node, deploy=True, variant="redfish", inventory=_redfish_inventory,
+        )
+    )  # fmt: skip
+
 IDS = ["-".join(filter(None, (c.provider, c.layer, c.variant))) for c in CASES]
 
 
@@ -221,12 +250,18 @@ def wheelhouse() -> Any:
     return build_wheelhouse()
 
 
+def _inventory(case: Case, testbed: Any) -> Path:
+    return case.inventory() if case.inventory else testbed.inventory
+
+
 def _spec(case: Case, testbed: Any, wheelhouse: Any, options: dict[str, Any] | None = None) -> Any:
     from dlinfra.inventory import load_inventory
     from dlinfra.providers.base import LayerSpec
 
-    hosts = load_inventory(testbed.inventory)
-    return LayerSpec(case.layer, hosts, testbed.inventory, dict(options or case.options), wheelhouse=wheelhouse)
+    inventory = _inventory(case, testbed)
+    return LayerSpec(
+        case.layer, load_inventory(inventory), inventory, dict(options or case.options), wheelhouse=wheelhouse
+    )
 
 
 def _found(cls: Any, labels: set[str]) -> dict[str, list[dict[str, Any]]]:
@@ -248,33 +283,46 @@ def test_up_twice_verify_the_payload_then_down_leaves_nothing(
     # This case's claims only: an earlier case of this worker whose down failed left its claim to a sweep (as it
     # should), and that must fail that case alone.
     earlier = {r.label for r in live_runs() if r.pid == os.getpid()}
+    timings = {"up": -time.monotonic()}
     try:
         targets = provider.up(_spec(case, testbed, wheelhouse))
+        timings["up"] += time.monotonic()
         assert targets and all(t.layer == case.layer and t.provider == case.provider for t in targets)
         labels = {r.label for r in live_runs() if r.pid == os.getpid()} - earlier
         made = _found(cls, labels)
         assert bool(made) == (case.provider != "ssh"), f"{case.provider} made {made} under {labels}"
         if case.provider == "ironic":  # the node behind the target is the one deployed, and it is active
             assert {t.details["ironic_node_name"] for t in targets} == {t.name for t in targets}
-            if case.variant == "adopt":  # reached at the address Ironic records, not as an inventory host
+            if case.variant:  # reached at the address Ironic records, not as an inventory host
                 assert [t.details["address_from"] for t in targets] == ["network_data"]
+            if case.variant == "adopt":
                 assert [t.name for t in targets] == [f"{TESTBED}-adopted"]
+            if case.variant == "redfish":  # Ironic powered the guest on and set it to boot from its disk
+                _check_the_redfish_node(targets[0], powered="running")
         if case.provider == "nova":  # the server behind the target is named after the host standing in for it
             assert [t.details["nova_server_name"] for t in targets] == [t.details["stand_in_host"] for t in targets]
         # The second up is a no-op: the same targets, and nothing new on the machine.
         assert provider.up(_spec(case, testbed, wheelhouse)) is targets
         assert _found(cls, labels) == made
+        timings["deploy"] = -time.monotonic()
         if case.deploy:
             deploy(targets, artifacts_dir=tmp_path / "art", wheelhouse=wheelhouse, quiet=True, compile_bytecode=False)
+        timings["deploy"] += time.monotonic()
         found = verify_identities(targets, wheelhouse.payload_hash)  # raises, naming the target, on a mismatch
         assert {ident["payload_hash"] for ident in found.values()} == {wheelhouse.payload_hash}
         if case.provider == "libvirt":  # the guest this case booted is checked here: a boot costs minutes
             _check_the_guest(targets[0], wheelhouse, tmp_path)
     finally:
+        timings["down"] = -time.monotonic()
         provider.down()
+        timings["down"] += time.monotonic()
+    print(f"\n{case.provider}-{case.layer}{'-' + case.variant if case.variant else ''}:",
+          ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))  # fmt: skip
     assert provider.targets == []
     assert _found(cls, labels) == {}, "down leaves nothing its own discover() can find"
     assert not [r for r in live_runs() if r.label in labels], "and releases its claim"
+    if case.variant == "redfish":
+        _check_the_redfish_node(None, powered="shut off")  # Ironic's undeploy powered it off
     if case.provider == "libvirt":
         assert not [p for label in labels for p in Path(SERIAL_LOG_DIR).glob(f"dlinfra-{label}-*")], "nor its logs"
         provider.down()  # idempotent
@@ -330,6 +378,19 @@ def _check_the_guest(target: Any, wheelhouse: Any, tmp_path: Path) -> None:
     assert refused.returncode != 0 and "host key" in refused.stderr.lower()
 
 
+def _check_the_redfish_node(target: Any, powered: str) -> None:
+    """In libvirtd itself: the node's guest is ``powered``; its first boot device is its disk (set by Ironic's
+    adoption); while running, the target is the guest at the address network_data records."""
+    from redfish_support import boot_order, redfish_node, virsh
+
+    node = redfish_node()
+    assert virsh("domstate", node.domain) == powered
+    assert boot_order(node.domain)[:1] == ["disk"], boot_order(node.domain)
+    if target is not None:
+        assert (target.name, target.address) == ("dlit-redfish-node", node.address)
+        assert target.details["ironic_node"] == node.node_id
+
+
 _CONTROLLER = """
 import json, sys, time
 from pathlib import Path
@@ -356,7 +417,7 @@ def test_sweep_after_sigkill_in_the_middle_of_up_leaves_nothing(case: Case, test
 
     cls = provider_class(case.provider)
     log = tmp_path / "controller.log"
-    argv = [case.provider, case.layer, str(testbed.inventory), json.dumps(case.options)]
+    argv = [case.provider, case.layer, str(_inventory(case, testbed)), json.dumps(case.options)]
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-c", _CONTROLLER, *argv], stdout=out, stderr=subprocess.STDOUT, start_new_session=True

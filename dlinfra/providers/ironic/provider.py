@@ -12,7 +12,8 @@ What ``up`` does, in order (docs/openstack.md says it for users):
 3. run ``playbooks/providers/ironic/up.yml`` here (``connection: local``): the ``openstack.cloud``
    collection's ``baremetal_node_action`` deploys each node (instance_info, a config drive carrying the
    inventory key's public key), without waiting; or, with ``adopt``, Ironic's adoption (openstacksdk: the
-   collection has no such action): ``manage``, instance_info, ``adopt``, then power on once ``active``;
+   collection has no such action): ``manage``, instance_info, ``adopt``, then boot device disk and power on
+   once ``active``;
 4. poll each node to ``active`` (``deploy failed`` -> its ``last_error``; ``deploy_timeout`` -> the
    node and its state), then reach each over SSH, host key checked, exactly as the ``ssh`` provider does
    (:func:`dlinfra.providers.ssh.provider.target_from_host`, ``read_facts``).
@@ -285,7 +286,9 @@ class IronicProvider(Provider):
 
     def _adopt(self, spec: LayerSpec) -> None:
         """Ironic's adoption of each node not yet active: manage it (when available), record its image, adopt
-        it, wait until active, then power it on (adoption leaves the power as it was)."""
+        it, wait until active; then boot it from its disk and power it on. Adoption leaves the power and the boot
+        device as they were (Ironic skips the boot device while adopting, on purpose); a deploy would leave both
+        set, so dlinfra sets them through Ironic once the node is active."""
         baremetal = self._conn.baremetal
         timeout = float(spec.options.get("deploy_timeout", 1800))
         names = {n.id: n.name or n.id for n, _h in self._picked}
@@ -302,8 +305,12 @@ class IronicProvider(Provider):
             wait_for_state(self._conn, names, "active", timeout, float(spec.options.get("poll_interval", 1.0)),
                            "adopt")  # fmt: skip
             for node_id, name in names.items():
-                step = f"node {name}: power on"
                 if node_state(self._conn, node_id).power_state != "power on":
+                    step = f"node {name}: boot device disk"
+                    supported = baremetal.get_node_supported_boot_devices(node_id).get("supported_boot_devices")
+                    if "disk" in (supported or []):  # fake-hardware's: pxe only
+                        baremetal.set_node_boot_device(node_id, "disk", persistent=True)
+                    step = f"node {name}: power on"
                     note(f"ironic: powering on node {name}")
                     baremetal.set_node_power_state(node_id, "power on", wait=True, timeout=timeout)
         except DlinfraError:
