@@ -12,7 +12,7 @@ BMC (sushy-tools' emulator in front of a libvirt guest: tests/redfish_support.py
 is really powered and given its boot device; a node gets each interface from the
 first enabled one its hardware type supports, so fake nodes stay all fake. The
 ``direct`` deploy interface is enabled for adoption only (a node already installed,
-taken over: its boot device set to disk); no agent ramdisk is built here.
+taken over as it is); no agent ramdisk is built here.
 
 Ironic lives in its own venv (``scripts/install-openstack.sh``, ``make openstack``;
 ``$DLINFRA_OPENSTACK_VENV``, default ``<repo>/.venv-openstack``): its pinned

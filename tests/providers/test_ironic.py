@@ -2,7 +2,8 @@
 
 The conformance suite (test_conformance.py) runs the provider's normal life: up twice, the payload on the
 target, down, SIGKILL then sweep. Here: what ``up`` refuses before it changes anything (a missing node,
-a node in maintenance, one not available, one no inventory host reaches, too few nodes of a class), and a
+a node in maintenance, one not available, one no inventory host reaches and whose network_data records
+no address, one with an address but two hosts to reach it as, too few nodes of a class), and a
 deploy that outlives ``deploy_timeout`` (Ironic's fake deploy interface made slow), after which nothing
 is left deployed or claimed.
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ironic_support import connection, enroll, ironic_service
+from ironic_support import connection, enroll, ironic_service, record_address
 from support import need_module
 
 from dlinfra.errors import TargetError
@@ -82,6 +83,11 @@ def test_missing_unavailable_and_unreachable_nodes_are_named(ironic: Any) -> Non
     enroll("ir-nohost", resource_class="dlinfra-faults")
     message = _refused({"nodes": ["ir-nohost"]}, "some-other-host")
     assert "ir-nohost: no inventory host" in message and "dlinfra_ironic_node" in message
+    assert "no IPv4 address in its network_data" in message and "--network-data" in message
+    # With its address recorded in Ironic, the node is reached there as the layer's one host: not one of two.
+    record_address(connection().baremetal.get_node("ir-nohost").id, "192.0.2.7")
+    message = _refused({"nodes": ["ir-nohost"]}, "host-a", "host-b")
+    assert "ir-nohost: reached at 192.0.2.7 (its network_data) as which inventory host?" in message
     message = _refused({"resource_class": "dlinfra-faults", "count": 5}, "ir-nohost")
     assert "5 available node(s) of resource class dlinfra-faults asked for" in message
 

@@ -37,9 +37,15 @@ def node_state(conn: Any, node_id: str) -> Any | None:
 def node_address(conn: Any, node_id: str) -> str | None:
     """The IPv4 address in the node's ``network_data`` (API 1.66): the static network an operator records for a
     node in Ironic, which Ironic writes into its config drive. None when it records none."""
-    answer = conn.baremetal.get(f"/nodes/{node_id}?fields=network_data", microversion="1.66")
+    try:
+        answer = conn.baremetal.get(f"/nodes/{node_id}?fields=network_data", microversion="1.66")
+    except Exception as exc:  # noqa: BLE001 - keystoneauth's errors (connection refused, timeouts) name the cause
+        raise TargetError(f"ironic node {node_id}: cannot read its network_data: {exc}") from None
     if answer.status_code != 200:
-        raise TargetError(f"ironic node {node_id}: cannot read its network_data: HTTP {answer.status_code}")
+        raise TargetError(
+            f"ironic node {node_id}: cannot read its network_data: HTTP {answer.status_code}",
+            "network_data needs Ironic API 1.66 or later; else name an inventory host after the node",
+        )
     data = answer.json().get("network_data") or {}
     for network in data.get("networks") or []:
         if str(network.get("type", "")).startswith("ipv4") and network.get("ip_address"):
