@@ -4,19 +4,18 @@ userspace datapath. docs/openstack.md says what it printed and where it stops.
 
 Usage, as root, from the repository with the dlinfra venv active::
 
-    DLINFRA_NOVA_VENV=<the services' venv> python scripts/probe-nova-libvirt.py STATE_DIR EXTRA_SITE
+    DLINFRA_NOVA_VENV=<the services' venv> python scripts/probe-nova-libvirt.py STATE_DIR
 
-EXTRA_SITE: libvirt-python for the services' venv, put aside so that the cached venv is not
-changed (``<venv>/bin/pip install --target EXTRA_SITE libvirt-python``). Open vSwitch (Debian's
-``openvswitch-switch``) is started on its default socket if it does not run, with ``br-int`` of the userspace
-datapath and the host's leg holding the network's gateway (:mod:`dlinfra.testbed.ovs`).
-
-What stands in: the Open vSwitch agent is a registered row, not a process (the real agent needs an RPC bus
-between processes, RabbitMQ, and programs flows; without it the bridge forwards with its default NORMAL flow).
+The stack is :class:`dlinfra.testbed.nova_libvirt.LibvirtNovaServices` (libvirt-python for the services' venv
+is installed apart from it, once, into dlinfra's cache). Open vSwitch (Debian's ``openvswitch-switch``) is started
+on its default socket if it does not run, with ``br-int`` of the userspace datapath and the host's leg holding
+the network's gateway (:mod:`dlinfra.testbed.ovs`). The conformance suite runs on the same stack with
+``DLINFRA_NOVA_LIBVIRT_CONFORMANCE=1`` (tests/providers/test_conformance.py).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
@@ -24,55 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-from dlinfra.testbed.openstack import NETWORK, PHYSNET, OpenStackServices
-from dlinfra.testbed.ovs import ensure_bridge
-
-#: Where Nova keeps the guests' disks: QEMU's user must open them (a 0700 state folder refuses it).
-INSTANCES = Path("/var/lib/libvirt/images/dlinfra-nova-probe")
-
-
-class LibvirtNova(OpenStackServices):
-    """The test stack with Nova's libvirt driver and Neutron's openvswitch mechanism driver."""
-
-    extra_site = ""
-
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        assert self.state_dir is not None
-        if name == "neutron":
-            conf = self.state_dir / "neutron" / "neutron.conf"
-            conf.write_text(
-                conf.read_text().replace("mechanism_drivers = fake_agent", "mechanism_drivers = openvswitch")
-            )
-        if name == "nova":
-            conf = self.state_dir / "nova" / "nova.conf"
-            helper = f"{self._bin('privsep-helper')} --config-file {conf}"  # as root: no sudo, no rootwrap
-            INSTANCES.mkdir(parents=True, exist_ok=True)
-            text = conf.read_text().replace(
-                f"instances_path = {self.state_dir}/nova/instances", f"instances_path = {INSTANCES}"
-            )
-            text = text.replace(
-                "compute_driver = fake.FakeDriverWithoutFakeNodes",
-                "compute_driver = libvirt.LibvirtDriver\nforce_config_drive = true\nforce_raw_images = false\n"
-                "vif_plugging_is_fatal = false\nvif_plugging_timeout = 0",  # no agent sends network-vif-plugged
-            )
-            # host-model, not none: QEMU's default CPU (qemu64) has no AVX2, and the payload's wheels die of SIGILL
-            # on it; under TCG, libvirt's host model is EPYC with AVX2 (virsh domcapabilities --virttype qemu).
-            text += (
-                "[libvirt]\nvirt_type = qemu\nconnection_uri = qemu:///system\ncpu_mode = host-model\n"
-                f"[nova_sys_admin]\nhelper_command = {helper}\n[vif_plug_ovs_privileged]\nhelper_command = {helper}\n"
-                "[os_vif_ovs]\novsdb_connection = unix:/var/run/openvswitch/db.sock\n"
-            )
-            conf.write_text(text)
-            env = {**(env or {}), "PYTHONPATH": self.extra_site}
-        super()._spawn(name, argv, env)
-
-    def _fake_l2_agent(self) -> None:
-        """An Open vSwitch agent row on the compute host, for the openvswitch mechanism driver to bind to."""
-        configurations = {
-            "bridge_mappings": {PHYSNET: "br-int"}, "datapath_type": "netdev", "integration_bridge": "br-int",
-            "ovs_hybrid_plug": False, "tunnel_types": [],
-        }  # fmt: skip
-        self._register_l2_agent("Open vSwitch agent", "neutron-openvswitch-agent", configurations)
+from dlinfra.testbed.nova_libvirt import GATEWAY, LibvirtNovaServices, libvirt_site
+from dlinfra.testbed.openstack import NETWORK
+from dlinfra.testbed.ovs import ensure_bridge, stop_daemons
 
 
 def _show(*argv: str) -> str:
@@ -88,10 +41,10 @@ def main() -> None:
     from dlinfra.providers.nova.provider import NovaProvider
 
     state, artifacts = Path(sys.argv[1]), Path(sys.argv[1]) / "artifacts"
-    ensure_bridge("10.77.0.1/24")  # the stack's dlinfra-net is 10.77.0.0/24
-    LibvirtNova.extra_site = sys.argv[2]
+    if ensure_bridge(GATEWAY):  # Open vSwitch did not run: stopped again at the end
+        atexit.register(stop_daemons)
     started = time.monotonic()
-    with LibvirtNova(start_timeout=600).start(state) as stack:
+    with LibvirtNovaServices(libvirt_site()).start(state) as stack:
         print(f"stack up in {time.monotonic() - started:.1f} s", flush=True)
         os.environ.update(stack.env())
         conn = stack.connection()

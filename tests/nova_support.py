@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from support import component, need, session_service
+from support import SESSION_STOPS, component, need, session_service
 
 #: A Glance image the conformance case boots (a few bytes: the fake driver never reads it).
 TEST_IMAGE = "dlinfra-test-image"
@@ -55,3 +55,28 @@ def hypervisor_vcpus() -> int:
     inventory = {i.resource_class: i for i in conn.placement.resource_provider_inventories(provider)}
     vcpu = inventory["VCPU"]
     return int((vcpu.total - vcpu.reserved) * vcpu.allocation_ratio)
+
+
+_LIBVIRT_STATE: dict[str, Any] = {}
+
+
+def libvirt_nova_services() -> Any:
+    """The stack with Nova's libvirt driver and Open vSwitch (:mod:`dlinfra.testbed.nova_libvirt`), started once per
+    test process: real guests under libvirtd, reached at the addresses Nova reports. It takes the same fixed ports
+    as :func:`nova_services`' stack, so one process runs one of the two."""
+    from dlinfra.testbed.nova_libvirt import GATEWAY, LibvirtNovaServices, libvirt_site
+    from dlinfra.testbed.openstack import nova_available, nova_venv
+    from dlinfra.testbed.ovs import ensure_bridge, stop_daemons
+
+    component("the OpenStack services with Nova's libvirt driver")
+    started = False
+    if "service" not in _LIBVIRT_STATE:
+        need(nova_available(), f"the OpenStack services in {nova_venv()} and mariadbd (make openstack)")
+        assert "service" not in _STATE, "the fake-driver stack runs in this process: select the libvirt case alone"
+        started = ensure_bridge(GATEWAY)
+    service = session_service(
+        _LIBVIRT_STATE, "dlinfra-nova-libvirt-test-", lambda folder: LibvirtNovaServices(libvirt_site()).start(folder)
+    )
+    if started:  # Open vSwitch did not run before: it stops after the stack, with the session
+        SESSION_STOPS.append(stop_daemons)
+    return service

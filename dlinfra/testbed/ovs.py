@@ -41,13 +41,15 @@ def _answers(target: str) -> bool:
     return _ovs("ovs-appctl", "-t", target, "version", check=False).returncode == 0
 
 
-def ensure_bridge(gateway: str) -> None:
+def ensure_bridge(gateway: str) -> bool:
     """Start Open vSwitch unless it runs, with ``br-int`` (userspace datapath, userspace TSO) and the host's
-    port holding ``gateway`` (``10.77.0.1/24``). Idempotent: a second call changes nothing."""
+    port holding ``gateway`` (``10.77.0.1/24``). Idempotent: a second call changes nothing. Returns whether it
+    started a daemon that did not run (:func:`stop_daemons` stops them again)."""
     for tool in ("ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"):
         if shutil.which(tool) is None:
             raise DlinfraError(f"{tool} is not installed", "apt-get install openvswitch-switch")
     Path(SOCKET).parent.mkdir(parents=True, exist_ok=True)
+    started = not (_answers("ovsdb-server") and _answers("ovs-vswitchd"))
     if not _answers("ovsdb-server"):
         if not DB.exists():
             DB.parent.mkdir(parents=True, exist_ok=True)
@@ -71,3 +73,11 @@ def ensure_bridge(gateway: str) -> None:
         time.sleep(0.1)
     _ovs("ip", "addr", "replace", gateway, "dev", HOST_PORT)
     _ovs("ip", "link", "set", HOST_PORT, "up")
+    return started
+
+
+def stop_daemons() -> None:
+    """Stop ``ovs-vswitchd`` and ``ovsdb-server`` (the bridge stays in the database for the next start)."""
+    for daemon in ("ovs-vswitchd", "ovsdb-server"):
+        if _answers(daemon):
+            _ovs("ovs-appctl", "-t", daemon, "exit", check=False)

@@ -196,6 +196,26 @@ def _redfish_inventory() -> Path:
     return redfish_node().inventory
 
 
+def _need_nova_libvirt() -> None:
+    """Nova's libvirt driver and Open vSwitch (tests/nova_support.py): the server is a real guest booted from
+    dlinfra's guest image (uploaded by the provider), reached at the address Nova reports; no host stands in."""
+    _need_libvirt()
+    need_binary("ovs-vswitchd")
+    need_module("openstack")
+    from nova_support import libvirt_nova_services
+
+    libvirt_nova_services()
+
+
+if os.environ.get("DLINFRA_NOVA_LIBVIRT_CONFORMANCE"):  # one TCG boot and the stack: by hand, alone in its process
+    CASES.append(
+        Case(
+            "nova", "vm", {"network": "dlinfra-net", "ram_mb": 1536, "disk_gb": 8, "name_prefix": "pc",
+                           "boot_timeout": 900, "poll_interval": 1.0},
+            [], _need_nova_libvirt, deploy=True, variant="libvirt",
+        )
+    )  # fmt: skip
+
 if os.environ.get("DLINFRA_REDFISH_CONFORMANCE"):  # three TCG boots: run by hand (docs/openstack.md), not by CI
     CASES.append(
         Case(
@@ -299,8 +319,10 @@ def test_up_twice_verify_the_payload_then_down_leaves_nothing(
                 assert [t.name for t in targets] == [f"{TESTBED}-adopted"]
             if case.variant == "redfish":  # Ironic powered the guest on and set it to boot from its disk
                 _check_the_redfish_node(targets[0], powered="running")
-        if case.provider == "nova":  # the server behind the target is named after the host standing in for it
+        if case.provider == "nova" and not case.variant:  # the server is named after the host standing in for it
             assert [t.details["nova_server_name"] for t in targets] == [t.details["stand_in_host"] for t in targets]
+        if case.variant == "libvirt":  # a real guest, at the address Nova reports, its host key from its console
+            _check_the_nova_guest(targets[0])
         # The second up is a no-op: the same targets, and nothing new on the machine.
         assert provider.up(_spec(case, testbed, wheelhouse)) is targets
         assert _found(cls, labels) == made
@@ -376,6 +398,21 @@ def _check_the_guest(target: Any, wheelhouse: Any, tmp_path: Path) -> None:
     known.write_text(f"{target.address} {' '.join(Path(str(other) + '.pub').read_text().split()[:2])}\n")
     refused = _guest_run(dataclasses.replace(target, known_hosts=str(known)), ["true"], timeout=60)
     assert refused.returncode != 0 and "host key" in refused.stderr.lower()
+
+
+def _check_the_nova_guest(target: Any) -> None:
+    """The server's guest in libvirtd (emulated here), reached at an address of the server's port, with the host
+    key its console printed; an unprivileged login on it."""
+    from nova_support import libvirt_nova_services
+
+    server = libvirt_nova_services().connection().compute.get_server(target.details["nova_server"])
+    addresses = [a["addr"] for port in server.addresses.values() for a in port]
+    assert "stand_in_host" not in target.details and target.address in addresses, (target.address, addresses)
+    assert server.status == "ACTIVE" and server.name == target.name
+    assert getattr(server, "instance_name", None) in _virsh("list", "--name").split(), "Nova's guest runs"
+    assert Path(str(target.known_hosts)).read_text().startswith(f"{target.address} ssh-ed25519 ")
+    whoami = _guest_run(target, ["id", "-u"])
+    assert whoami.returncode == 0 and whoami.stdout.strip() != "0", whoami.stderr
 
 
 def _check_the_redfish_node(target: Any, powered: str) -> None:
