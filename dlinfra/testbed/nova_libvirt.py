@@ -1,26 +1,39 @@
 """The OpenStack test stack with real guests: Nova's libvirt driver (QEMU) and Neutron's ``openvswitch`` mechanism
-driver, its ports plugged into an Open vSwitch bridge of the userspace datapath (:mod:`dlinfra.testbed.ovs`).
+driver with its real agent, the guests' ports plugged into Open vSwitch bridges of the userspace datapath
+(:mod:`dlinfra.testbed.ovs`).
 
 Why a second stack class: the suite's stack (:class:`~dlinfra.testbed.openstack.OpenStackServices`) runs Nova's
-fake driver, whose servers have no guest. This one boots the project's guest image under libvirtd; it is what the
-probe (scripts/probe-nova-libvirt.py) and the opt-in conformance case (``DLINFRA_NOVA_LIBVIRT_CONFORMANCE=1``) run.
-What stands in: the Open vSwitch agent is a registered row, not a process (the real agent needs an RPC bus between
-processes, RabbitMQ, and programs flows; without it the bridge forwards with its default NORMAL flow).
+fake driver, whose servers have no guest, and a registered agent row. This one boots the project's guest image
+under libvirtd and runs ``neutron-openvswitch-agent``, which programs the bridges' flows and reports the ports up;
+it talks to ``neutron-rpc-server`` over a private RabbitMQ node (Debian's ``rabbitmq-server``, started here as a
+process of the stack). It is what the probe (scripts/probe-nova-libvirt.py) and the opt-in conformance case
+(``DLINFRA_NOVA_LIBVIRT_CONFORMANCE=1``) run.
 """
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import time
 from pathlib import Path
 
 from dlinfra.cache import cache_root
 from dlinfra.errors import DlinfraError
-from dlinfra.testbed.openstack import PHYSNET, OpenStackServices, nova_venv
+from dlinfra.testbed.ironic import free_port
+from dlinfra.testbed.openstack import COMPUTE_HOST, PHYSNET, OpenStackServices, nova_venv
+from dlinfra.testbed.ovs import BRIDGE, PHYSICAL_BRIDGE, SOCKET
 
 #: Where Nova keeps the guests' disks: QEMU's user must open them (a 0700 state folder refuses it).
 INSTANCES = Path("/var/lib/libvirt/images/dlinfra-nova-probe")
 #: The gateway of the stack's network (dlinfra-net, 10.77.0.0/24), held by the host's leg on the bridge.
 GATEWAY = "10.77.0.1/24"
+#: Debian's RabbitMQ server script, run directly (its wrapper in /usr/sbin switches to the rabbitmq user, who cannot
+#: write the stack's root-only state folder).
+RABBITMQ = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+AGENT = "neutron-openvswitch-agent"
+#: Neutron's privsep contexts (neutron/privileged/__init__.py): each starts its helper with ``sudo`` unless told.
+PRIVSEP_SECTIONS = ("privsep", "privsep_dhcp_release", "privsep_ovs_vsctl", "privsep_namespace", "privsep_conntrack",
+                    "privsep_link")  # fmt: skip
 
 
 def libvirt_site() -> Path:
@@ -48,10 +61,16 @@ class LibvirtNovaServices(OpenStackServices):
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         assert self.state_dir is not None
         if name == "neutron":
+            transport = self._rabbitmq()
             conf = self.state_dir / "neutron" / "neutron.conf"
             conf.write_text(
-                conf.read_text().replace("mechanism_drivers = fake_agent", "mechanism_drivers = openvswitch")
+                conf.read_text()
+                .replace("mechanism_drivers = fake_agent", "mechanism_drivers = openvswitch")
+                .replace("transport_url = fake:/", f"transport_url = {transport}")
             )
+            super()._spawn(name, argv, env)
+            self._agents(conf)
+            return
         if name == "nova":
             conf = self.state_dir / "nova" / "nova.conf"
             helper = f"{self._bin('privsep-helper')} --config-file {conf}"  # as root: no sudo, no rootwrap
@@ -62,7 +81,7 @@ class LibvirtNovaServices(OpenStackServices):
             text = text.replace(
                 "compute_driver = fake.FakeDriverWithoutFakeNodes",
                 "compute_driver = libvirt.LibvirtDriver\nforce_config_drive = true\nforce_raw_images = false\n"
-                "vif_plugging_is_fatal = false\nvif_plugging_timeout = 0",  # no agent sends network-vif-plugged
+                "vif_plugging_is_fatal = false\nvif_plugging_timeout = 0",
             )
             # host-model, not none: QEMU's default CPU (qemu64) has no AVX2, and the payload's wheels die of SIGILL
             # on it; under TCG, libvirt's host model is EPYC with AVX2 (virsh domcapabilities --virttype qemu).
@@ -76,9 +95,63 @@ class LibvirtNovaServices(OpenStackServices):
         super()._spawn(name, argv, env)
 
     def _fake_l2_agent(self) -> None:
-        """An Open vSwitch agent row on the compute host, for the openvswitch mechanism driver to bind to."""
-        configurations = {
-            "bridge_mappings": {PHYSNET: "br-int"}, "datapath_type": "netdev", "integration_bridge": "br-int",
-            "ovs_hybrid_plug": False, "tunnel_types": [],
-        }  # fmt: skip
-        self._register_l2_agent("Open vSwitch agent", "neutron-openvswitch-agent", configurations)
+        """Nothing: the real agent registers itself (:meth:`_agents`)."""
+
+    def _rabbitmq(self) -> str:
+        """A private RabbitMQ node on free ports, its data in the state folder; its transport URL once it answers."""
+        assert self.state_dir is not None
+        if not RABBITMQ.is_file():
+            raise DlinfraError(
+                "RabbitMQ is not installed (the Open vSwitch agent's RPC bus)", "apt-get install rabbitmq-server"
+            )
+        folder = self._dir("rabbitmq")
+        port = free_port()
+        env = {"RABBITMQ_NODE_PORT": str(port), "RABBITMQ_DIST_PORT": str(free_port()),
+               "RABBITMQ_NODENAME": f"dlinfra{port}@localhost", "RABBITMQ_MNESIA_BASE": str(folder / "mnesia"),
+               "RABBITMQ_LOG_BASE": str(folder / "log"), "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1"}  # fmt: skip
+        super()._spawn("rabbitmq", [str(RABBITMQ)], env)
+        while True:
+            with socket.socket() as probe:
+                probe.settimeout(1)
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    return f"rabbit://guest:guest@127.0.0.1:{port}/"
+            self._still_starting("rabbitmq", "its AMQP port")
+            time.sleep(0.5)
+
+    def _still_starting(self, name: str, what: str) -> None:
+        """Raise when process ``name`` exited, or the stack's start timeout passed, before ``what``."""
+        proc = next(p for p in self.procs if p.name == name)
+        if proc.proc.poll() is not None:
+            tail = proc.log.read_text(errors="replace")[-1500:]
+            raise DlinfraError(f"openstack testbed: {name} exited with status {proc.proc.returncode}: {tail}")
+        if time.monotonic() > self._deadline:
+            raise DlinfraError(f"openstack testbed: {name}: no {what} within the start timeout", f"see {proc.log}")
+
+    def _network(self) -> None:
+        """The network, then a wait until the Open vSwitch agent has reported to Neutron (ports bind to it)."""
+        super()._network()
+        conn = self.connection()
+        try:
+            while not any(a.is_alive and a.host == COMPUTE_HOST for a in conn.network.agents(binary=AGENT)):
+                self._still_starting(AGENT, "report to Neutron")
+                time.sleep(1)
+        finally:
+            conn.close()
+
+    def _agents(self, conf: Path) -> None:
+        """``neutron-rpc-server`` (the agents' side of Neutron) and ``neutron-openvswitch-agent`` on the compute
+        host: ``br-int`` its integration bridge, the flat network on ``br-phys``, no security groups (noop)."""
+        ini = conf.with_name("openvswitch_agent.ini")
+        helper = f"{self._bin('privsep-helper')} --config-file {conf} --config-file {ini}"  # as root: no sudo
+        ini.write_text(
+            f"[DEFAULT]\nhost = {COMPUTE_HOST}\n[agent]\nroot_helper = env\ntunnel_types =\n"
+            f"[ovs]\nintegration_bridge = {BRIDGE}\ndatapath_type = netdev\n"
+            f"bridge_mappings = {PHYSNET}:{PHYSICAL_BRIDGE}\n"
+            f"ovsdb_connection = unix:{SOCKET}\nof_listen_port = {free_port()}\n"
+            "[securitygroup]\nfirewall_driver = noop\nenable_security_group = false\n"
+            + "".join(f"[{section}]\nhelper_command = {helper}\n" for section in PRIVSEP_SECTIONS)
+        )
+        env = {"OS_NEUTRON_CONFIG_DIR": str(conf.parent)}
+        super()._spawn("neutron-rpc", [self._bin("neutron-rpc-server"), "--config-file", str(conf)], env)
+        agent = [self._bin("neutron-openvswitch-agent"), "--config-file", str(conf), "--config-file", str(ini)]
+        super()._spawn(AGENT, agent, env)

@@ -1,5 +1,7 @@
-"""Open vSwitch for guests that Nova's libvirt driver boots on this machine: an integration bridge of the userspace
-datapath, and a leg of the host on it so that the controller reaches the guests at the addresses Nova reports.
+"""Open vSwitch for guests that Nova's libvirt driver boots on this machine: an integration bridge and a physical
+bridge of the userspace datapath, and a leg of the host on the physical one, so that the controller reaches the
+guests at the addresses Nova reports. Neutron's Open vSwitch agent owns the integration bridge's flows and patches
+it to the physical bridge (its ``bridge_mappings``), as on a compute node whose NIC is on ``br-phys``.
 
 Why the userspace datapath: the kernel's ``openvswitch`` module cannot be loaded here ("Generic Netlink family
 'ovs_datapath' does not exist"). Why ``userspace-tso-enable``: a guest's virtio NIC leaves TCP checksums to be
@@ -23,7 +25,9 @@ SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
 SOCKET = "/var/run/openvswitch/db.sock"
 #: The bridge the ``openvswitch`` mechanism driver binds ports to (its agent's ``integration_bridge``).
 BRIDGE = "br-int"
-#: The host's port on the bridge: an internal port that holds the network's gateway address.
+#: The flat network's bridge (the agent's ``bridge_mappings``), where the host's leg is.
+PHYSICAL_BRIDGE = "br-phys"
+#: The host's port on the physical bridge: an internal port that holds the network's gateway address.
 HOST_PORT = "dlhost"
 
 
@@ -42,9 +46,9 @@ def _answers(target: str) -> bool:
 
 
 def ensure_bridge(gateway: str) -> bool:
-    """Start Open vSwitch unless it runs, with ``br-int`` (userspace datapath, userspace TSO) and the host's
-    port holding ``gateway`` (``10.77.0.1/24``). Idempotent: a second call changes nothing. Returns whether it
-    started a daemon that did not run (:func:`stop_daemons` stops them again)."""
+    """Start Open vSwitch unless it runs, with ``br-int`` and ``br-phys`` (userspace datapath, userspace TSO) and
+    the host's port on ``br-phys`` holding ``gateway`` (``10.77.0.1/24``). Idempotent: a second call changes
+    nothing. Returns whether it started a daemon that did not run (:func:`stop_daemons` stops them again)."""
     for tool in ("ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"):
         if shutil.which(tool) is None:
             raise DlinfraError(f"{tool} is not installed", "apt-get install openvswitch-switch")
@@ -64,8 +68,11 @@ def ensure_bridge(gateway: str) -> bool:
             time.sleep(1)
     if not _answers("ovs-vswitchd"):
         _ovs("ovs-vswitchd", "--pidfile", "--detach", "--log-file")
-    _ovs("ovs-vsctl", "--may-exist", "add-br", BRIDGE, "--", "set", "bridge", BRIDGE, "datapath_type=netdev")
-    _ovs("ovs-vsctl", "--may-exist", "add-port", BRIDGE, HOST_PORT, "--", "set", "interface", HOST_PORT,
+    for bridge in (BRIDGE, PHYSICAL_BRIDGE):
+        _ovs("ovs-vsctl", "--may-exist", "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev")
+    if _ovs("ovs-vsctl", "port-to-br", HOST_PORT, check=False).stdout.strip() == BRIDGE:  # the agent-less probe's
+        _ovs("ovs-vsctl", "del-port", BRIDGE, HOST_PORT)
+    _ovs("ovs-vsctl", "--may-exist", "add-port", PHYSICAL_BRIDGE, HOST_PORT, "--", "set", "interface", HOST_PORT,
          "type=internal")  # fmt: skip
     for _ in range(50):  # the internal port's tap appears once ovs-vswitchd has it
         if Path(f"/sys/class/net/{HOST_PORT}").exists():

@@ -405,7 +405,10 @@ def _check_the_nova_guest(target: Any) -> None:
     key its console printed; an unprivileged login on it."""
     from nova_support import libvirt_nova_services
 
-    server = libvirt_nova_services().connection().compute.get_server(target.details["nova_server"])
+    conn = libvirt_nova_services().connection()
+    server = conn.compute.get_server(target.details["nova_server"])
+    ports = list(conn.network.ports(device_id=server.id))  # bound by the Open vSwitch agent, which reported it up
+    assert [(p.status, p.binding_vif_type) for p in ports] == [("ACTIVE", "ovs")], ports
     addresses = [a["addr"] for port in server.addresses.values() for a in port]
     assert "stand_in_host" not in target.details and target.address in addresses, (target.address, addresses)
     assert server.status == "ACTIVE" and server.name == target.name
