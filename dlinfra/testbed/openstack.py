@@ -191,11 +191,8 @@ class OpenStackServices:
 
     def _wait_http(self, name: str, url: str, ok: tuple[int, ...] = (200, 300, 401)) -> None:
         """Poll ``url`` until it answers one of ``ok``; the service's exit or the start timeout is an error."""
-        proc = next(p for p in self.procs if p.name == name)
         while True:
-            if proc.proc.poll() is not None:
-                tail = proc.log.read_text(errors="replace")[-1500:]
-                raise DlinfraError(f"openstack testbed: {name} exited with status {proc.proc.returncode}: {tail}")
+            self._still_starting(name, f"answer at {url}")
             try:
                 with urllib.request.urlopen(url, timeout=5) as reply:  # noqa: S310 - our own loopback URL
                     if reply.status in ok:
@@ -205,12 +202,18 @@ class OpenStackServices:
                     return
             except (urllib.error.URLError, OSError):
                 pass
-            if time.monotonic() > self._deadline:
-                raise DlinfraError(
-                    f"openstack testbed: {name} did not answer at {url} within {self.start_timeout:.0f} s",
-                    f"see {proc.log}",
-                )
             time.sleep(0.2)
+
+    def _still_starting(self, name: str, what: str) -> None:
+        """Raise when process ``name`` exited, or the start timeout passed, before it could ``what``."""
+        proc = next(p for p in self.procs if p.name == name)
+        if proc.proc.poll() is not None:
+            tail = proc.log.read_text(errors="replace")[-1500:]
+            raise DlinfraError(f"openstack testbed: {name} exited with status {proc.proc.returncode}: {tail}")
+        if time.monotonic() > self._deadline:
+            raise DlinfraError(
+                f"openstack testbed: {name} did not {what} within {self.start_timeout:.0f} s", f"see {proc.log}"
+            )
 
     def _gunicorn(self, name: str, factory: str, env: dict[str, str]) -> None:
         self._spawn(

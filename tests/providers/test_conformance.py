@@ -57,6 +57,11 @@ class Case:
     #: The inventory the provider is given (None: the local testbed's); called after ``needs``.
     inventory: Callable[[], Path] | None = None
 
+    @property
+    def id(self) -> str:
+        """The case's test id: provider-layer[-variant]."""
+        return "-".join(filter(None, (self.provider, self.layer, self.variant)))
+
 
 def _need_testbed() -> None:
     component("the local testbed")
@@ -225,7 +230,7 @@ if os.environ.get("DLINFRA_REDFISH_CONFORMANCE"):  # three TCG boots: run by han
         )
     )  # fmt: skip
 
-IDS = ["-".join(filter(None, (c.provider, c.layer, c.variant))) for c in CASES]
+IDS = [c.id for c in CASES]
 
 
 def test_every_shipped_provider_has_a_case() -> None:
@@ -338,8 +343,7 @@ def test_up_twice_verify_the_payload_then_down_leaves_nothing(
         timings["down"] = -time.monotonic()
         provider.down()
         timings["down"] += time.monotonic()
-    print(f"\n{case.provider}-{case.layer}{'-' + case.variant if case.variant else ''}:",
-          ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))  # fmt: skip
+    print(f"\n{case.id}:", ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
     assert provider.targets == []
     assert _found(cls, labels) == {}, "down leaves nothing its own discover() can find"
     assert not [r for r in live_runs() if r.label in labels], "and releases its claim"

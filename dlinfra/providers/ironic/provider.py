@@ -292,12 +292,12 @@ class IronicProvider(Provider):
         baremetal = self._conn.baremetal
         timeout = float(spec.options.get("deploy_timeout", 1800))
         names = {n.id: n.name or n.id for n, _h in self._picked}
-        todo = [n.id for n, _h in self._picked if node_state(self._conn, n.id).provision_state != "active"]
+        states = {n.id: node_state(self._conn, n.id).provision_state for n, _h in self._picked}
         step = ""
         try:
-            for node_id in todo:
+            for node_id in (i for i, state in states.items() if state != "active"):
                 step = f"node {names[node_id]}: manage"
-                if node_state(self._conn, node_id).provision_state == "available":
+                if states[node_id] == "available":
                     baremetal.set_node_provision_state(node_id, "manage", wait=True, timeout=timeout)
                 step = f"node {names[node_id]}: instance_info, adopt"
                 baremetal.update_node(node_id, instance_info=dict(spec.options.get("instance_info") or {}))
