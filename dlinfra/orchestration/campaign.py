@@ -41,7 +41,7 @@ from dlinfra.orchestration.launch import CellRun, Launcher
 from dlinfra.orchestration.plan import CampaignPlan, RunInput
 from dlinfra.orchestration.spec import CampaignSpec
 from dlinfra.orchestration.sweep import sweep_dead_runs
-from dlinfra.orchestration.testbed_facts import gather_facts, metadata_rows
+from dlinfra.orchestration.testbed_facts import FactsPerMachine, gather_facts, metadata_rows
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.results.store import CONTAMINATED, CellOutcome, ResultsStore
 from dlinfra.runtime.progress import current_console, phase, say, use_console
@@ -459,6 +459,7 @@ class LayerDeploys:
         #: Each deployed target's testbed metadata (rows of the store's ``targets`` table), read while its layer
         #: deploys; the campaign stores those of the targets its cells use.
         self.metadata: list[dict[str, Any]] = []
+        self._facts = FactsPerMachine()  # bm and ctr on one host, vm and ctr-vm in one guest: read once
         self._one_at_a_time = threading.Lock()
 
     def __call__(self, layer: str, targets: list[Target]) -> None:
@@ -500,7 +501,7 @@ class LayerDeploys:
     def _read_facts(self, layer: str, targets: list[Target], into: dict[str, dict[str, Any]]) -> None:
         """The layer's targets' facts, best effort: a layer that cannot be described still runs its cells."""
         try:
-            into.update(gather_facts(layer, targets, self.artifacts))
+            into.update(self._facts.read(layer, targets, lambda name, some: gather_facts(name, some, self.artifacts)))
         except Cancelled:
             return  # the campaign is stopping (see __call__)
         except Exception as exc:  # noqa: BLE001 - metadata is context, never a reason to lose cells

@@ -10,9 +10,13 @@ described is said and left out; the campaign goes on. Nothing secret is kept (va
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from dlinfra.cancel import Cancelled, cancelled
 from dlinfra.runtime.ansible import run_playbook
 from dlinfra.runtime.progress import phase, say
 from dlinfra.target import Target
@@ -50,6 +54,62 @@ def gather_facts(layer: str, targets: list[Target], artifacts: Path) -> dict[str
     for failure in result.failures:
         say(f"  [yellow]metadata:[/yellow] {failure} (that target is left out of the metadata)")
     return {t.name: result.reports[t.name]["metadata"] for t in targets if "metadata" in result.reports.get(t.name, {})}
+
+
+#: One machine as Ansible reaches it: SSH address, port, and the interpreter its modules run on (the ``python``
+#: fact is that interpreter's).
+Machine = tuple[str, int, str]
+#: Reads one layer's targets' facts, by target name (:func:`gather_facts` with the campaign's artifacts folder).
+Gather = Callable[[str, list[Target]], dict[str, dict[str, Any]]]
+
+
+def machine_of(target: Target) -> Machine:
+    """The machine a target's facts are read on: a container's is its host's (its SSH goes there)."""
+    return (target.address, target.port, target.ansible_python)
+
+
+class FactsPerMachine:
+    """Each machine's facts, read once per campaign however many layers run on it.
+
+    Why: the layers of one machine (``bm`` and ``ctr`` on a host, ``vm`` and ``ctr-vm`` in a guest) read the
+    same facts, a container's being its host's; each layer read them again, one more playbook per host, and in
+    an emulated guest 35 s of its CPU while the payload deployed beside it. The layers come up on their own
+    threads: the first to ask for a machine reads it, a later one waits for that read (and stops waiting when
+    its campaign stops). A machine whose read failed is left out for every layer, as it is for the first.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reads: dict[Machine, Future[dict[str, Any] | None]] = {}
+
+    def read(self, layer: str, targets: list[Target], gather: Gather) -> dict[str, dict[str, Any]]:
+        """The targets' facts by target name: read here for the machines no other layer has asked for."""
+        mine: dict[Machine, Target] = {}
+        with self._lock:
+            for target in targets:
+                machine = machine_of(target)
+                if machine not in self._reads:
+                    self._reads[machine] = Future()
+                    mine[machine] = target
+        if len(mine) < len({machine_of(t) for t in targets}):
+            say(f"  {layer}: testbed metadata of machines another layer runs on: read once, for both")
+        found: dict[str, dict[str, Any]] = {}
+        try:
+            if mine:
+                found = gather(layer, list(mine.values()))
+        finally:  # whatever happened, no layer waits for this read any longer
+            for machine, target in mine.items():
+                self._reads[machine].set_result(found.get(target.name))
+        return {t.name: facts for t in targets if (facts := self._wait(self._reads[machine_of(t)])) is not None}
+
+    @staticmethod
+    def _wait(read: Future[dict[str, Any] | None]) -> dict[str, Any] | None:
+        while True:
+            try:
+                return read.result(timeout=0.2)
+            except TimeoutError:
+                if cancelled():
+                    raise Cancelled from None
 
 
 def metadata_rows(targets: list[Target], facts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,10 +1,12 @@
 #!/usr/bin/python
-"""Ansible module: the kernel, CPU, memory, NUMA and GPU facts dlinfra keeps per target, read in one round trip.
+"""Ansible module: the OS, kernel, CPU, memory, NUMA and GPU facts dlinfra keeps per target, read in one round trip.
 
 Why a module and not setup's ``platform`` and ``hardware`` subsets plus one task per file: on a loaded 2-core
 testbed each task is a round trip of a second or more, the hardware subset walks every mount and block device
 (dlinfra keeps none of it), and the platform subset resolves the host's FQDN, which waits out the resolver's
-timeout (10 s) on a host without DNS. This reads uname, /proc and /sys once and asks NVML (the ``pynvml``
+timeout (10 s) on a host without DNS. The distribution, kernel command line and virtualisation facts come from
+setup's own collectors, called here: a second module (setup with those subsets) cost one more Python start per
+target, 23 s of an emulated guest's bring-up. This reads uname, /proc and /sys once and asks NVML (the ``pynvml``
 module of nvidia-ml-py, where the Python that runs the module has it) or else nvidia-smi about the GPUs. Reads
 only. The GPU readers are plain functions so ``scripts/gpu-check.py`` can call them without Ansible.
 """
@@ -23,8 +25,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 DOCUMENTATION = r"""
 module: dlinfra_target_facts
-short_description: Kernel, CPU, memory, NUMA and GPU facts of a benchmark target, read in one round trip
+short_description: OS, kernel, CPU, memory, NUMA and GPU facts of a benchmark target, read in one round trip
 description:
+  - The distribution, the kernel command line and the virtualisation role and type, as setup's C(distribution),
+    C(cmdline) and C(virtual) subsets report them (the same collectors).
   - Reads C(uname), C(/proc/cpuinfo), C(/proc/meminfo) and C(/sys/devices/system) and the GPUs' model, driver,
     CUDA version, memory, PCIe link and maximum clocks, through NVML (C(pynvml)) where it is importable, else
     C(nvidia-smi) where it is on the PATH. Changes nothing.
@@ -38,6 +42,9 @@ author: dlinfra
 """
 
 RETURN = r"""
+os: {description: Distribution and version (setup's distribution_version), type: str, returned: always}
+kernel_cmdline: {description: The kernel command line (setup's proc_cmdline), type: dict, returned: always}
+virtualization: {description: setup's virtualization_role/virtualization_type, type: str, returned: always}
 kernel: {description: The kernel release (uname -r), type: str, returned: always}
 architecture: {description: The machine (uname -m), type: str, returned: always}
 python: {description: The version of the Python that runs Ansible's modules there, type: str, returned: always}
@@ -189,6 +196,22 @@ def gpu_facts(run: Callable[[list[str]], tuple[int, str, str]]) -> list[dict[str
     return found if found else gpus_smi(run)
 
 
+def os_facts(module: AnsibleModule) -> dict[str, Any]:
+    """The distribution, kernel command line and virtualisation, read by setup's own collectors."""
+    from ansible.module_utils.facts.system.cmdline import CmdLineFactCollector
+    from ansible.module_utils.facts.system.distribution import DistributionFactCollector
+    from ansible.module_utils.facts.virtual.linux import LinuxVirtualCollector
+
+    found: dict[str, Any] = {}
+    for collector in (DistributionFactCollector(), CmdLineFactCollector(), LinuxVirtualCollector()):
+        found.update(collector.collect(module=module, collected_facts=found))
+    return {
+        "os": f"{found.get('distribution', '')} {found.get('distribution_version', '')}",
+        "kernel_cmdline": found.get("proc_cmdline", {}),
+        "virtualization": f"{found.get('virtualization_role', '')}/{found.get('virtualization_type', '')}",
+    }
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec={"flags": {"type": "list", "elements": "str", "default": []}},
                            supports_check_mode=True)  # fmt: skip
@@ -200,6 +223,7 @@ def main() -> None:
     have = set(first.get("flags", "").split())
     module.exit_json(
         changed=False,
+        **os_facts(module),
         kernel=os.uname().release,
         architecture=os.uname().machine,
         python=platform.python_version(),

@@ -72,7 +72,10 @@ def test_compare_and_check_two_real_campaigns(deployed, tmp_path: Path) -> None:
     assert {t["layer"] for t in described} == {"bm", "ctr"}
     bm = next(t for t in described if t["layer"] == "bm")["metadata"]
     assert bm["kernel"] and bm["cpu_model"] and int(bm["memory_mb"]) > 0 and bm["governor"]
+    assert bm["os"].strip() and "/" in bm["virtualization"] and bm["kernel_cmdline"]
     ctr = next(t for t in described if t["layer"] == "ctr")["metadata"]
+    # The container's machine facts are its host's, read once for both layers.
+    assert {k: ctr[k] for k in ("kernel", "os", "cpu_model")} == {k: bm[k] for k in ("kernel", "os", "cpu_model")}
     assert ctr["engine"] == "docker" and ctr["engine_version"] not in ("", "unknown")
 
     same = _compare(db, "cmp-a", "cmp-b")
