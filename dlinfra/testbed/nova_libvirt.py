@@ -30,6 +30,7 @@ GATEWAY = "10.77.0.1/24"
 #: Debian's RabbitMQ server script, run directly (its wrapper in /usr/sbin switches to the rabbitmq user, who cannot
 #: write the stack's root-only state folder).
 RABBITMQ = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+EPMD = "/usr/bin/epmd"
 AGENT = "neutron-openvswitch-agent"
 #: Neutron's privsep contexts (neutron/privileged/__init__.py): each starts its helper with ``sudo`` unless told.
 PRIVSEP_SECTIONS = ("privsep", "privsep_dhcp_release", "privsep_ovs_vsctl", "privsep_namespace", "privsep_conntrack",
@@ -81,7 +82,9 @@ class LibvirtNovaServices(OpenStackServices):
             text = text.replace(
                 "compute_driver = fake.FakeDriverWithoutFakeNodes",
                 "compute_driver = libvirt.LibvirtDriver\nforce_config_drive = true\nforce_raw_images = false\n"
-                "vif_plugging_is_fatal = false\nvif_plugging_timeout = 0",
+                # As a real cloud runs: the guest starts once the agent has plugged its port and Neutron has said so
+                # (network-vif-plugged; neutron.conf's [nova] section lets Neutron call Nova's API).
+                "vif_plugging_is_fatal = true\nvif_plugging_timeout = 300",
             )
             # host-model, not none: QEMU's default CPU (qemu64) has no AVX2, and the payload's wheels die of SIGILL
             # on it; under TCG, libvirt's host model is EPYC with AVX2 (virsh domcapabilities --virttype qemu).
@@ -105,8 +108,11 @@ class LibvirtNovaServices(OpenStackServices):
                 "RabbitMQ is not installed (the Open vSwitch agent's RPC bus)", "apt-get install rabbitmq-server"
             )
         folder = self._dir("rabbitmq")
-        port = free_port()
-        env = {"RABBITMQ_NODE_PORT": str(port), "RABBITMQ_DIST_PORT": str(free_port()),
+        port, epmd = free_port(), free_port()
+        # Erlang's port mapper of its own, in the foreground: the one RabbitMQ would start daemonizes, leaves the
+        # stack's process group and outlives the stack (and could be a user's, on the shared port 4369).
+        super()._spawn("epmd", [EPMD, "-port", str(epmd)])
+        env = {"ERL_EPMD_PORT": str(epmd), "RABBITMQ_NODE_PORT": str(port), "RABBITMQ_DIST_PORT": str(free_port()),
                "RABBITMQ_NODENAME": f"dlinfra{port}@localhost", "RABBITMQ_MNESIA_BASE": str(folder / "mnesia"),
                "RABBITMQ_LOG_BASE": str(folder / "log"), "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1"}  # fmt: skip
         super()._spawn("rabbitmq", [str(RABBITMQ)], env)
