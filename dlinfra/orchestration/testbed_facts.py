@@ -92,7 +92,7 @@ class FactsPerMachine:
                     self._reads[machine] = Future()
                     mine[machine] = target
         if len(mine) < len({machine_of(t) for t in targets}):
-            say(f"  {layer}: testbed metadata of machines another layer runs on: read once, for both")
+            say(f"  {layer}: testbed metadata of the machines it shares with another layer: read once")
         found: dict[str, dict[str, Any]] = {}
         try:
             if mine:
