@@ -487,3 +487,57 @@ def test_sweep_after_sigkill_in_the_middle_of_up_leaves_nothing(case: Case, test
         assert not report.errors, report.errors
     assert _found(cls, labels) == {}
     assert not [r for r in dead_runs() if r.label in labels], "no state file left either"
+
+
+if os.environ.get("DLINFRA_NOVA_LIBVIRT_CONFORMANCE"):  # defined, and so collected, only beside that case
+
+    def test_a_ctr_vm_cell_runs_in_a_server_nova_boots(tmp_path: Path) -> None:
+        """``dlinfra run`` with a vm and a ctr-vm cell on one server that Nova's libvirt driver boots from
+        dlinfra's guest image: ctr-vm stacks on it as on a libvirt guest (the guest's dockerd, the payload image's
+        own layer shipped in), both rows from that guest with one payload hash; afterwards Nova holds no server
+        of the run and libvirtd no domain of it. One inventory host carries the two layers and stands for the
+        cloud; the server is not named after it, so the provider reaches it at the address Nova reports."""
+        import sqlite3
+
+        from support import run_cli
+
+        _need_nova_libvirt()
+        from nova_support import libvirt_nova_services
+
+        hosts = tmp_path / "hosts.yml"
+        hosts.write_text(
+            "all:\n  hosts:\n    cloud:\n      ansible_host: 127.0.0.1\n      dlinfra_layers: [vm, ctr-vm]\n"
+        )
+        spec = tmp_path / "nova.yml"
+        spec.write_text(
+            f"name: nova-ctr-vm\ninventory: {hosts}\nlayers: [vm, ctr-vm]\nrepeats: 1\nwarmup_steps: 1\nsteps: 2\n"
+            "cell_timeout: 1200\nlayer_options:\n"
+            "  vm: {provider: nova, network: dlinfra-net, ram_mb: 2048, disk_gb: 8, name_prefix: pcc, "
+            "boot_timeout: 900, poll_interval: 1.0}\n"
+            "  ctr-vm: {provider: docker, run_id: pcnova}\n"
+            "workloads:\n  - name: sysbench-cpu\n    matrix: {mode: [single], time: [1]}\n"
+        )
+        db = tmp_path / "r.db"
+        started = time.monotonic()
+        proc = run_cli("--db", str(db), "run", str(spec), "--campaign-id", "nova-ctr-vm", "--artifacts",
+                       str(tmp_path / "art"), timeout=2400)  # fmt: skip
+        took = time.monotonic() - started
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+        assert "2 ok, 0 failed" in proc.stdout, proc.stdout[-3000:]
+        conn = sqlite3.connect(db)
+        conn.row_factory = sqlite3.Row
+        rows = {r["layer"]: dict(r) for r in conn.execute("SELECT * FROM runs WHERE campaign_id = 'nova-ctr-vm'")}
+        conn.close()
+        assert set(rows) == {"vm", "ctr-vm"} and all(r["status"] == "ok" for r in rows.values()), rows
+        assert len({r["payload_hash"] for r in rows.values()}) == 1  # the guest's venv and the image: same bytes
+        vm = json.loads(rows["vm"]["record_json"])["provenance"]
+        ctr = json.loads(rows["ctr-vm"]["record_json"])["provenance"]
+        server = vm["target_details"]["nova_server"]
+        assert "stand_in_host" not in vm["target_details"]  # reached at the address Nova reports
+        assert ctr["target_details"]["guest"]["nova_server"] == server  # ctr-vm ran in that same server
+        assert ctr["target_details"]["engine"] == "docker"
+        assert ctr["hostname"].startswith("dlinfra-pcnova-"), ctr["hostname"]  # the container's own hostname
+        leftovers = [s.name for s in libvirt_nova_services().connection().compute.servers() if s.name.startswith("pcc")]
+        assert leftovers == [], leftovers
+        assert not [d for d in _virsh("list", "--all", "--name").split() if d.startswith("instance-")]
+        print(f"\nnova ctr-vm campaign: {took:.1f} s, server {server}, rows {[rows[k]['elapsed_s'] for k in rows]}")
