@@ -38,9 +38,10 @@ def metadata_of(target: Target, facts: dict[str, Any]) -> dict[str, Any]:
 
 
 def gather_facts(layer: str, targets: list[Target], artifacts: Path) -> dict[str, dict[str, Any]]:
-    """What ``playbooks/facts.yml`` read on each of one layer's targets, by target name.
+    """What ``playbooks/facts.yml`` read on each of one layer's targets, by target name (the targets on machines
+    no other layer has read: :class:`FactsPerMachine` decides).
 
-    Why per layer, and beside the layer's deploy: the campaign reads it on the layer's bring-up thread while
+    Why on the layer's thread, and beside its deploy: the campaign reads it on the layer's bring-up thread while
     the payload deploys there and the other layers still come up (a guest boots), so it costs the campaign
     no wall time of its own; gathered for every layer at once before the first cell, it was 10.5 s of the
     demo's critical path, and after a guest's deploy (both run Ansible modules under emulation) 12-15 s more.
