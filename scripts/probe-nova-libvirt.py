@@ -8,9 +8,9 @@ Usage, as root, from the repository with the dlinfra venv active::
 
 The stack is :class:`dlinfra.testbed.nova_libvirt.LibvirtNovaServices` (libvirt-python for the services' venv
 is installed apart from it, once, into dlinfra's cache). Open vSwitch (Debian's ``openvswitch-switch``) is started
-on its default socket if it does not run, with ``br-int`` of the userspace datapath and the host's leg holding
-the network's gateway (:mod:`dlinfra.testbed.ovs`). The conformance suite runs on the same stack with
-``DLINFRA_NOVA_LIBVIRT_CONFORMANCE=1`` (tests/providers/test_conformance.py).
+on its default socket if it does not run, with ``br-int`` and ``br-phys`` of the userspace datapath and the host's
+leg on ``br-phys`` holding the network's gateway (:mod:`dlinfra.testbed.ovs`). The conformance suite runs on the
+same stack with ``DLINFRA_NOVA_LIBVIRT_CONFORMANCE=1`` (tests/providers/test_conformance.py).
 """
 
 from __future__ import annotations

@@ -10,15 +10,16 @@ described is said and left out; the campaign goes on. Nothing secret is kept (va
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from dlinfra.cancel import Cancelled, cancelled
 from dlinfra.runtime.ansible import run_playbook
 from dlinfra.runtime.progress import phase, say
+from dlinfra.runtime.wait import wait_for
 from dlinfra.target import Target
 
 FACTS_PLAYBOOK = "facts.yml"
@@ -105,12 +106,10 @@ class FactsPerMachine:
 
     @staticmethod
     def _wait(read: Future[dict[str, Any] | None]) -> dict[str, Any] | None:
-        while True:
-            try:
-                return read.result(timeout=0.2)
-            except TimeoutError:
-                if cancelled():
-                    raise Cancelled from None
+        """Another layer's read of a machine: as long as that read takes (its playbook's own bounds), or until
+        this layer's campaign stops (:func:`wait_for` raises :class:`Cancelled` then)."""
+        wait_for("another layer's read of the testbed facts", read.done, timeout=math.inf, interval=0.2)
+        return read.result()
 
 
 def metadata_rows(targets: list[Target], facts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

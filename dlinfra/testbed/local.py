@@ -209,13 +209,14 @@ def _link_exists(name: str) -> bool:
 
 def _wait_port(address: str, port: int, timeout: float) -> bool:
     try:
-        wait_for(f"{address}:{port}", lambda: _port_open(address, port), timeout=timeout, interval=0.03)
+        wait_for(f"{address}:{port}", lambda: port_open(address, port), timeout=timeout, interval=0.03)
     except WaitTimedOut:
         return False
     return True
 
 
-def _port_open(address: str, port: int) -> bool:
+def port_open(address: str, port: int) -> bool:
+    """Whether something accepts TCP connections at ``address``:``port`` now (0.3 s to answer)."""
     try:
         with socket.create_connection((address, port), timeout=0.3):
             return True

@@ -12,14 +12,13 @@ process of the stack). It is what the probe (scripts/probe-nova-libvirt.py) and 
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 from dlinfra.cache import cache_root
 from dlinfra.errors import DlinfraError
 from dlinfra.testbed.ironic import free_port
+from dlinfra.testbed.local import port_open
 from dlinfra.testbed.openstack import COMPUTE_HOST, PHYSNET, OpenStackServices, nova_venv
 from dlinfra.testbed.ovs import BRIDGE, PHYSICAL_BRIDGE, SOCKET
 
@@ -116,22 +115,19 @@ class LibvirtNovaServices(OpenStackServices):
                "RABBITMQ_NODENAME": f"dlinfra{port}@localhost", "RABBITMQ_MNESIA_BASE": str(folder / "mnesia"),
                "RABBITMQ_LOG_BASE": str(folder / "log"), "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1"}  # fmt: skip
         super()._spawn("rabbitmq", [str(RABBITMQ)], env)
-        while True:
-            with socket.socket() as probe:
-                probe.settimeout(1)
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    return f"rabbit://guest:guest@127.0.0.1:{port}/"
-            self._still_starting("rabbitmq", "answer on its AMQP port")
-            time.sleep(0.5)
+        self._wait_until("rabbitmq", "answer on its AMQP port", lambda: port_open("127.0.0.1", port))
+        return f"rabbit://guest:guest@127.0.0.1:{port}/"
 
     def _network(self) -> None:
         """The network, then a wait until the Open vSwitch agent has reported to Neutron (ports bind to it)."""
         super()._network()
         conn = self.connection()
+
+        def reported() -> bool:
+            return any(a.is_alive and a.host == COMPUTE_HOST for a in conn.network.agents(binary=AGENT))
+
         try:
-            while not any(a.is_alive and a.host == COMPUTE_HOST for a in conn.network.agents(binary=AGENT)):
-                self._still_starting(AGENT, "report to Neutron")
-                time.sleep(1)
+            self._wait_until(AGENT, "report to Neutron", reported, interval=1.0)
         finally:
             conn.close()
 

@@ -36,6 +36,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from typing import Any
 import yaml
 
 from dlinfra.errors import DlinfraError
+from dlinfra.runtime.wait import wait_for
 from dlinfra.testbed.ironic import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -191,29 +193,31 @@ class OpenStackServices:
 
     def _wait_http(self, name: str, url: str, ok: tuple[int, ...] = (200, 300, 401)) -> None:
         """Poll ``url`` until it answers one of ``ok``; the service's exit or the start timeout is an error."""
-        while True:
-            self._still_starting(name, f"answer at {url}")
+
+        def answers() -> bool:
             try:
                 with urllib.request.urlopen(url, timeout=5) as reply:  # noqa: S310 - our own loopback URL
-                    if reply.status in ok:
-                        return
+                    return reply.status in ok
             except urllib.error.HTTPError as exc:
-                if exc.code in ok:
-                    return
+                return exc.code in ok
             except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.2)
+                return False
 
-    def _still_starting(self, name: str, what: str) -> None:
-        """Raise when process ``name`` exited, or the start timeout passed, before it could ``what``."""
+        self._wait_until(name, f"answer at {url}", answers, interval=0.2)
+
+    def _wait_until(self, name: str, what: str, ready: Callable[[], object], interval: float = 0.5) -> None:
+        """:func:`~dlinfra.runtime.wait.wait_for` ``ready``, within what is left of the stack's start timeout;
+        process ``name`` exiting ends the wait at once, with its status and the tail of its log."""
         proc = next(p for p in self.procs if p.name == name)
-        if proc.proc.poll() is not None:
-            tail = proc.log.read_text(errors="replace")[-1500:]
-            raise DlinfraError(f"openstack testbed: {name} exited with status {proc.proc.returncode}: {tail}")
-        if time.monotonic() > self._deadline:
-            raise DlinfraError(
-                f"openstack testbed: {name} did not {what} within {self.start_timeout:.0f} s", f"see {proc.log}"
-            )
+
+        def exited() -> str | None:
+            if proc.proc.poll() is None:
+                return None
+            return f"exited with status {proc.proc.returncode}: {proc.log.read_text(errors='replace')[-1500:]}"
+
+        left = max(self._deadline - time.monotonic(), 0.0)
+        wait_for(f"openstack testbed: {name} to {what}", ready, timeout=left, interval=interval,
+                 cancellable=False, give_up=exited, hint=f"see {proc.log}")  # fmt: skip
 
     def _gunicorn(self, name: str, factory: str, env: dict[str, str]) -> None:
         self._spawn(
@@ -243,15 +247,13 @@ class OpenStackServices:
              "--skip-networking", "--user=root", f"--pid-file={data}/mariadb.pid", "--innodb-buffer-pool-size=64M",
              "--innodb-flush-log-at-trx-commit=0", "--skip-log-bin"],
         )  # fmt: skip
-        proc = self.procs[-1]
-        while True:
-            argv = [*self._mysql(), "-e", "; ".join(f"CREATE DATABASE IF NOT EXISTS {db}" for db in MYSQL_DATABASES)]
-            done = subprocess.run(argv, capture_output=True, text=True, check=False)
-            if done.returncode == 0:
-                return
-            if proc.proc.poll() is not None or time.monotonic() > self._deadline:
-                raise DlinfraError(f"openstack testbed: MariaDB did not start: {proc.log.read_text()[-1500:]}")
-            time.sleep(0.2)
+        argv = [*self._mysql(), "-e", "; ".join(f"CREATE DATABASE IF NOT EXISTS {db}" for db in MYSQL_DATABASES)]
+        self._wait_until(
+            "mariadb",
+            "create the databases",
+            lambda: subprocess.run(argv, capture_output=True, text=True, check=False).returncode == 0,
+            interval=0.2,
+        )
 
     def _keystone(self) -> None:
         folder = self._dir("keystone")
