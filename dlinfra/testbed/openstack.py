@@ -82,7 +82,8 @@ def _mariadbd() -> str | None:
     return shutil.which("mariadbd") or next((p for p in ("/usr/sbin/mariadbd",) if Path(p).is_file()), None)
 
 
-def _auth_section(name: str, user: str, password: str, keystone: str) -> str:
+def auth_section(name: str, user: str, password: str, keystone: str) -> str:
+    """A config section ``[name]`` by which one service calls another as ``user`` of the service project."""
     return (
         f"[{name}]\nauth_url = {keystone}/v3\nauth_type = password\nproject_name = service\n"
         f"project_domain_name = Default\nuser_domain_name = Default\nusername = {user}\npassword = {password}\n"
@@ -90,7 +91,8 @@ def _auth_section(name: str, user: str, password: str, keystone: str) -> str:
     )
 
 
-def _authtoken(user: str, password: str, keystone: str) -> str:
+def authtoken_section(user: str, password: str, keystone: str) -> str:
+    """keystonemiddleware's section: how a service checks the tokens it is called with."""
     return (
         f"[keystone_authtoken]\nwww_authenticate_uri = {keystone}/v3\nauth_url = {keystone}/v3\n"
         f"auth_type = password\nproject_name = service\nproject_domain_name = Default\n"
@@ -329,7 +331,7 @@ class OpenStackServices:
         keystone = self.url("keystone")
         (folder / "placement.conf").write_text(
             f"[DEFAULT]\nuse_stderr = true\n[api]\nauth_strategy = keystone\n"
-            f"{_authtoken('placement', self._service_password, keystone)}"
+            f"{authtoken_section('placement', self._service_password, keystone)}"
             f"[placement_database]\nconnection = sqlite:///{folder}/placement.sqlite\n"
         )
         self._run(
@@ -349,7 +351,7 @@ class OpenStackServices:
             f"[os_glance_tasks_store]\nfilesystem_store_datadir = {folder}/tasks\n"
             f"[database]\nconnection = sqlite:///{folder}/glance.sqlite\n"
             f"[paste_deploy]\nflavor = keystone\nconfig_file = {folder}/glance-api-paste.ini\n"
-            f"{_authtoken('glance', self._service_password, keystone)}"
+            f"{authtoken_section('glance', self._service_password, keystone)}"
             f"[oslo_concurrency]\nlock_path = {folder}/locks\n"
         )
         self._run(
@@ -368,8 +370,8 @@ class OpenStackServices:
             f"api_paste_config = {folder}/api-paste.ini\ntransport_url = fake:/\nstate_path = {folder}/state\n"
             f"agent_down_time = {AGENT_DOWN_TIME}\n"
             f"[database]\nconnection = {db}\n"
-            f"{_authtoken('neutron', self._service_password, keystone)}"
-            f"{_auth_section('nova', 'nova', self._service_password, keystone)}"
+            f"{authtoken_section('neutron', self._service_password, keystone)}"
+            f"{auth_section('nova', 'nova', self._service_password, keystone)}"
             f"[oslo_concurrency]\nlock_path = {folder}/locks\n"
             "[ml2]\ntype_drivers = flat\ntenant_network_types =\nmechanism_drivers = fake_agent\n"
             "extension_drivers = port_security\n"
@@ -434,11 +436,11 @@ class OpenStackServices:
             # a busy machine sqlite then fails deletes with "database is locked".
             f"[api_database]\nconnection = {self._db_url('nova_api')}\n"
             f"[database]\nconnection = {self._db_url('nova')}\n"
-            f"{_authtoken('nova', pw, keystone)}"
-            f"{_auth_section('service_user', 'nova', pw, keystone)}send_service_user_token = true\n"
-            f"{_auth_section('placement', 'placement', pw, keystone)}"
-            f"{_auth_section('glance', 'glance', pw, keystone)}"
-            f"{_auth_section('neutron', 'neutron', pw, keystone)}"
+            f"{authtoken_section('nova', pw, keystone)}"
+            f"{auth_section('service_user', 'nova', pw, keystone)}send_service_user_token = true\n"
+            f"{auth_section('placement', 'placement', pw, keystone)}"
+            f"{auth_section('glance', 'glance', pw, keystone)}"
+            f"{auth_section('neutron', 'neutron', pw, keystone)}"
             f"[scheduler]\nworkers = 1\n[conductor]\nworkers = 1\n[vnc]\nenabled = false\n"
             # No quota between a test and the scheduler ("No valid host" must be the scheduler's verdict), and
             # a PCI alias, so that a flavor asking for pci_passthrough:alias reaches the scheduler.

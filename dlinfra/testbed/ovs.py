@@ -83,6 +83,18 @@ def ensure_bridge(gateway: str) -> bool:
     return started
 
 
+def remove_ports_of(owner: str) -> list[str]:
+    """Remove from ``br-int`` every port whose interface says ``external_ids:owner=OWNER`` (kuryr marks the veths it
+    plugs so): a stack stopped with containers still up leaves their rows behind, on a bridge that outlives it.
+    Nothing when Open vSwitch does not run. Returns the ports removed."""
+    found = _ovs("ovs-vsctl", "--data=bare", "--no-heading", "--columns=name", "find", "interface",
+                 f"external_ids:owner={owner}", check=False)  # fmt: skip
+    ports = found.stdout.split() if found.returncode == 0 else []
+    for port in ports:
+        _ovs("ovs-vsctl", "--if-exists", "del-port", BRIDGE, port, check=False)
+    return ports
+
+
 def stop_daemons() -> None:
     """Stop ``ovs-vswitchd`` and ``ovsdb-server`` (the bridge stays in the database for the next start)."""
     for daemon in ("ovs-vswitchd", "ovsdb-server"):
