@@ -16,12 +16,13 @@ dockerd, kuryr and zun-compute each run in a UTS namespace named after the compu
 manages the node its dockerd calls itself (``docker info``), kuryr binds ports to its own ``gethostname()``, and
 the agent runs as the compute host: the four must agree. Zun and kuryr-libnetwork live in a venv of their own
 (``$DLINFRA_ZUN_VENV``, default ``<repo>/.venv-zun``; ``DLINFRA_OPENSTACK_ZUN=1 make openstack`` makes it).
-What the probe (scripts/probe-zun.py) printed is in docs/openstack.md.
+The opt-in test tests/providers/test_zun.py runs a container on it; docs/openstack.md says what it showed.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -75,6 +76,8 @@ class ZunServices(LibvirtNovaServices):
                 f"Zun and kuryr-libnetwork are not installed in {zun_venv()}",
                 f"run 'DLINFRA_OPENSTACK_ZUN=1 make openstack', or set {VENV_VAR} to a venv with them",
             )
+        if shutil.which("lspci") is None:  # zun-compute's inventory of the host fails without it
+            raise DlinfraError("zun-compute needs lspci", "apt-get install pciutils")
         super().start(state_dir)
         self._deadline = time.monotonic() + self.start_timeout
         try:
