@@ -20,7 +20,7 @@ from dlinfra.errors import DlinfraError
 from dlinfra.testbed.ironic import free_port
 from dlinfra.testbed.local import port_open
 from dlinfra.testbed.openstack import COMPUTE_HOST, PHYSNET, OpenStackServices, nova_venv
-from dlinfra.testbed.ovs import BRIDGE, PHYSICAL_BRIDGE, SOCKET
+from dlinfra.testbed.ovs import BRIDGE, PHYSICAL_BRIDGE, SOCKET, remove_stale_ports
 
 #: Where Nova keeps the guests' disks: QEMU's user must open them (a 0700 state folder refuses it).
 INSTANCES = Path("/var/lib/libvirt/images/dlinfra-nova-probe")
@@ -95,6 +95,17 @@ class LibvirtNovaServices(OpenStackServices):
             conf.write_text(text)
             env = {**(env or {}), "PYTHONPATH": str(self.extra_site)}
         super()._spawn(name, argv, env)
+
+    def start(self, state_dir: Path) -> LibvirtNovaServices:
+        remove_stale_ports()  # what a killed stack left on the bridge
+        super().start(state_dir)
+        return self
+
+    def stop(self) -> None:
+        """The stack's processes, then the bridge's rows of the taps and veths they left (guests and containers
+        that were not deleted before the stack stopped)."""
+        super().stop()
+        remove_stale_ports()
 
     def _fake_l2_agent(self) -> None:
         """Nothing: the real agent registers itself (:meth:`_agents`)."""

@@ -13,6 +13,7 @@ and fills the checksums in. It takes effect when ``ovs-vswitchd`` starts, so a r
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -83,16 +84,18 @@ def ensure_bridge(gateway: str) -> bool:
     return started
 
 
-def remove_ports_of(owner: str) -> list[str]:
-    """Remove from ``br-int`` every port whose interface says ``external_ids:owner=OWNER`` (kuryr marks the veths it
-    plugs so): a stack stopped with containers still up leaves their rows behind, on a bridge that outlives it.
-    Nothing when Open vSwitch does not run. Returns the ports removed."""
-    found = _ovs("ovs-vsctl", "--data=bare", "--no-heading", "--columns=name", "find", "interface",
-                 f"external_ids:owner={owner}", check=False)  # fmt: skip
-    ports = found.stdout.split() if found.returncode == 0 else []
-    for port in ports:
+def remove_stale_ports() -> list[str]:
+    """Remove from ``br-int`` the ports of Neutron ports whose device is gone (``ofport`` -1: a guest's tap or a
+    container's veth that a stopped or killed stack never unplugged). The bridge outlives every stack, and such rows
+    pile up in Open vSwitch's database. Nothing when Open vSwitch does not run. Returns the ports removed."""
+    found = _ovs("ovs-vsctl", "--format=json", "--columns=name,external_ids", "find", "interface", "ofport=-1",
+                 check=False)  # fmt: skip
+    if found.returncode != 0:
+        return []
+    stale = [name for name, (_, ids) in json.loads(found.stdout)["data"] if any(k == "iface-id" for k, _ in ids)]
+    for port in stale:
         _ovs("ovs-vsctl", "--if-exists", "del-port", BRIDGE, port, check=False)
-    return ports
+    return stale
 
 
 def stop_daemons() -> None:

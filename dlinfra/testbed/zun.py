@@ -33,7 +33,6 @@ from dlinfra.testbed.ironic import free_port
 from dlinfra.testbed.local import port_open
 from dlinfra.testbed.nova_libvirt import LibvirtNovaServices
 from dlinfra.testbed.openstack import COMPUTE_HOST, REGION, REPO, auth_section, authtoken_section
-from dlinfra.testbed.ovs import remove_ports_of
 
 VENV_VAR = "DLINFRA_ZUN_VENV"
 #: Where dockerd looks for a plugin's spec file (the other place is /usr/lib/docker/plugins).
@@ -198,8 +197,7 @@ class ZunServices(LibvirtNovaServices):
             conn.close()
 
     def stop(self) -> None:
-        """The stack's processes, then what kuryr left outside them: its spec file and the ports of containers
-        that were not deleted through Zun."""
+        """The stack's processes (and, with them, the bridge's rows of containers left running), then kuryr's
+        spec file."""
         super().stop()
         PLUGIN_SPEC.unlink(missing_ok=True)
-        remove_ports_of("kuryr")
