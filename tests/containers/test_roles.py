@@ -92,6 +92,10 @@ def test_payload_image_role_loads_only_when_missing(tmp_path: Path, docker: Engi
             "payload_image_engine": "docker",
             "payload_image_stage_dir": str(stage),
         }
+        other = f"{ref.rsplit(':', 1)[0]}:other"  # a tarball that does not hold the tag asked for
+        refused = _play_hosts(tmp_path, "payload_image", {**extra, "payload_image_ref": other}, {"localhost": {}})
+        assert refused["rc"] != 0 and f"{tarball} does not hold {other}" in refused["output"], refused["output"]
+        docker.run("rmi", ref)  # the refused run loaded it, under its own tag
         first = _play(tmp_path, "payload_image", extra)
         assert first["changed"] >= 1 and docker.exists("image", ref)
         second = _play(tmp_path, "payload_image", extra)
