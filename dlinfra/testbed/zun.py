@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 from dlinfra.errors import DlinfraError
@@ -78,16 +78,17 @@ class ZunServices(LibvirtNovaServices):
         if shutil.which("lspci") is None:  # zun-compute's inventory of the host fails without it
             raise DlinfraError("zun-compute needs lspci", "apt-get install pciutils")
         super().start(state_dir)
-        self._deadline = time.monotonic() + self.start_timeout
-        try:
-            for step in (self._zun_catalog, self._zun_dockerd, self._kuryr, self._zun, self._zun_compute_ready):
-                started = time.monotonic()
-                step()
-                self.timings[step.__name__.lstrip("_")] = round(time.monotonic() - started, 2)
-        except BaseException:
-            self.stop()
-            raise
         return self
+
+    def _steps(self) -> list[Callable[[], None]]:
+        return [
+            *super()._steps(),
+            self._zun_catalog,
+            self._zun_dockerd,
+            self._kuryr,
+            self._zun,
+            self._zun_compute_ready,
+        ]
 
     def _zun_bin(self, name: str) -> str:
         return str(zun_venv() / "bin" / name)
