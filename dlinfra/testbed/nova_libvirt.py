@@ -97,6 +97,16 @@ class LibvirtNovaServices(OpenStackServices):
         super()._spawn(name, argv, env)
 
     def start(self, state_dir: Path) -> LibvirtNovaServices:
+        # Nova's compute refuses to start as a new service on a hypervisor that holds any domain ("My hypervisor has
+        # existing instances"): say which, before a minute of start-up.
+        listed = subprocess.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"], capture_output=True,
+                                text=True, check=False, timeout=60)  # fmt: skip
+        if domains := listed.stdout.split():
+            raise DlinfraError(
+                f"Nova's libvirt driver will not start beside the domains libvirtd already has: {', '.join(domains)}",
+                "run the real-guest OpenStack cases when libvirtd holds no other guest (not beside make test's guest "
+                "tests), or remove those domains",
+            )
         remove_stale_ports()  # what a killed stack left on the bridge
         super().start(state_dir)
         return self
