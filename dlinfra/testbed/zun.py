@@ -123,10 +123,12 @@ class ZunServices(LibvirtNovaServices):
                                 str(self._dir("docker")), "--pidfile", str(self.state_dir / "docker.pid"),
                                 "--bridge", "none", "--iptables=false", "--ip6tables=false"])  # fmt: skip
         self._wait_until("dockerd", "answer on its socket", lambda: answers(str(self.docker_socket)))
-        save = subprocess.Popen(["docker", "save", self.image], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        load = subprocess.run(["docker", "--host", f"unix://{self.docker_socket}", "load"], stdin=save.stdout,
-                              capture_output=True, text=True, check=False)  # fmt: skip
-        saved = save.wait()
+        load_argv = ["docker", "--host", f"unix://{self.docker_socket}", "load"]
+        with subprocess.Popen(["docker", "save", self.image], stdout=subprocess.PIPE) as save:
+            load = subprocess.run(load_argv, stdin=save.stdout, capture_output=True, text=True, check=False)
+            assert save.stdout is not None
+            save.stdout.close()  # a load that ended early ends the save too
+            saved = save.wait()
         if saved != 0 or load.returncode != 0:
             raise DlinfraError(f"openstack testbed: loading {self.image} into Zun's dockerd failed: {load.stderr}")
 
