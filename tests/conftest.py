@@ -123,7 +123,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    for stop in support.SESSION_STOPS:  # the services this process started (on a worker too: see support.py)
+    # The services this process started (on a worker too: see support.py), last started first: Open vSwitch stops
+    # after the stack that runs on it.
+    for stop in reversed(support.SESSION_STOPS):
         stop()
     if _DURATIONS and not os.environ.get("PYTEST_XDIST_WORKER") and len(_DURATIONS) > 20:  # a full run, not one file
         MEASURED.parent.mkdir(parents=True, exist_ok=True)

@@ -69,14 +69,11 @@ def libvirt_nova_services() -> Any:
     from dlinfra.testbed.ovs import ensure_bridge, stop_daemons
 
     component("the OpenStack services with Nova's libvirt driver")
-    started = False
     if "service" not in _LIBVIRT_STATE:
         need(nova_available(), f"the OpenStack services in {nova_venv()} and mariadbd (make openstack)")
         assert "service" not in _STATE, "the fake-driver stack runs in this process: select the libvirt case alone"
-        started = ensure_bridge(GATEWAY)
-    service = session_service(
+        if ensure_bridge(GATEWAY):  # Open vSwitch did not run before: it stops with the session, also when the
+            SESSION_STOPS.append(stop_daemons)  # stack below fails to start
+    return session_service(
         _LIBVIRT_STATE, "dlinfra-nova-libvirt-test-", lambda folder: LibvirtNovaServices(libvirt_site()).start(folder)
     )
-    if started:  # Open vSwitch did not run before: it stops after the stack, with the session
-        SESSION_STOPS.append(stop_daemons)
-    return service
