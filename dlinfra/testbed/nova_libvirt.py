@@ -57,16 +57,18 @@ class LibvirtNovaServices(OpenStackServices):
     def __init__(self, extra_site: Path, start_timeout: float = 600.0) -> None:
         super().__init__(start_timeout=start_timeout)
         self.extra_site = extra_site
+        #: The stack's RabbitMQ, once it answers (Neutron's agents' bus; Zun's too).
+        self.transport_url = ""
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         assert self.state_dir is not None
         if name == "neutron":
-            transport = self._rabbitmq()
+            self.transport_url = self._rabbitmq()
             conf = self.state_dir / "neutron" / "neutron.conf"
             conf.write_text(
                 conf.read_text()
                 .replace("mechanism_drivers = fake_agent", "mechanism_drivers = openvswitch")
-                .replace("transport_url = fake:/", f"transport_url = {transport}")
+                .replace("transport_url = fake:/", f"transport_url = {self.transport_url}")
             )
             super()._spawn(name, argv, env)
             self._agents(conf)

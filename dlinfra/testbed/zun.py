@@ -152,17 +152,12 @@ class ZunServices(LibvirtNovaServices):
 
     def _zun(self) -> None:
         """zun-api and zun-compute on the stack's MariaDB and RabbitMQ."""
-        assert self.state_dir is not None
         folder = self._dir("zun")
         keystone = self.url("keystone")
-        transport = next(
-            line.split("=", 1)[1].strip()
-            for line in (self.state_dir / "neutron" / "neutron.conf").read_text().splitlines()
-            if line.startswith("transport_url")
-        )
         conf = folder / "zun.conf"
         conf.write_text(
-            f"[DEFAULT]\nhost = {COMPUTE_HOST}\ntransport_url = {transport}\nstate_path = {self._dir('zun/state')}\n"
+            f"[DEFAULT]\nhost = {COMPUTE_HOST}\ntransport_url = {self.transport_url}\n"
+            f"state_path = {self._dir('zun/state')}\n"
             "container_driver = docker\ncapsule_driver = docker\nimage_driver_list = docker,glance\n"
             "default_image_driver = docker\nuse_stderr = true\n"
             f"[api]\nhost_ip = 127.0.0.1\nport = {self.ports['zun']}\n"

@@ -41,13 +41,10 @@ def _smallest_payload_image() -> str:
 
 
 def _until(what: str, ready: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = ready()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+    """The project's one wait (:func:`~dlinfra.runtime.wait.wait_for`), polling each second."""
+    from dlinfra.runtime.wait import wait_for
+
+    return wait_for(what, ready, timeout=timeout, interval=1.0, cancellable=False)
 
 
 if os.environ.get("DLINFRA_ZUN_STACK"):  # the stack and a Zun venv made only when asked: by hand, not by CI
