@@ -12,6 +12,7 @@ process of the stack). It is what the probe (scripts/probe-nova-libvirt.py) and 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,8 +23,10 @@ from dlinfra.testbed.local import port_open
 from dlinfra.testbed.openstack import COMPUTE_HOST, PHYSNET, OpenStackServices, nova_venv
 from dlinfra.testbed.ovs import BRIDGE, PHYSICAL_BRIDGE, SOCKET, remove_stale_ports
 
-#: Where Nova keeps the guests' disks: QEMU's user must open them (a 0700 state folder refuses it).
-INSTANCES = Path("/var/lib/libvirt/images/dlinfra-nova-probe")
+#: Where Nova keeps the guests' disks and its image cache (``_base``: a full copy of every image it booted from):
+#: QEMU's user must open them (a 0700 state folder refuses it). One stack at a time uses it (Nova refuses to start
+#: beside another's guests), so each stack empties it at start and removes it at stop: gigabytes per image otherwise.
+INSTANCES = Path("/var/lib/libvirt/images/dlinfra-nova")
 #: The gateway of the stack's network (dlinfra-net, 10.77.0.0/24), held by the host's leg on the bridge.
 GATEWAY = "10.77.0.1/24"
 #: Debian's RabbitMQ server script, run directly (its wrapper in /usr/sbin switches to the rabbitmq user, who cannot
@@ -110,14 +113,16 @@ class LibvirtNovaServices(OpenStackServices):
                 "tests), or remove those domains",
             )
         remove_stale_ports()  # what a killed stack left on the bridge
+        shutil.rmtree(INSTANCES, ignore_errors=True)  # and on the disk
         super().start(state_dir)
         return self
 
     def stop(self) -> None:
         """The stack's processes, then the bridge's rows of the taps and veths they left (guests and containers
-        that were not deleted before the stack stopped)."""
+        that were not deleted before the stack stopped), then the guests' disks and Nova's image cache."""
         super().stop()
         remove_stale_ports()
+        shutil.rmtree(INSTANCES, ignore_errors=True)
 
     def _fake_l2_agent(self) -> None:
         """Nothing: the real agent registers itself (:meth:`_agents`)."""
