@@ -119,6 +119,16 @@ class TaskFailure:
         return f"host {self.host}: task '{self.task}' {kind}: {self.message}"
 
 
+def _hint_for(failure: TaskFailure) -> str | None:
+    """What to do about a failure whose cause the message names but does not explain to the user."""
+    if "no space left on device" in failure.message.lower():
+        return (
+            f"the disk of host {failure.host} is full: free space there (`dlinfra sweep --all` removes what runs "
+            "left; each engine's `image prune -a` old images) and retry the failed cells"
+        )
+    return None
+
+
 @dataclass
 class PlaybookResult:
     playbook: str
@@ -148,7 +158,7 @@ class PlaybookResult:
                 if len(self.failures) > 1
                 else f" (artifacts in {self.artifacts})"
             )
-            raise TargetError(f"{self.playbook}: {first}{more}")
+            raise TargetError(f"{self.playbook}: {first}{more}", _hint_for(first))
         raise DlinfraError(f"{self.playbook} ended with status {self.status} (rc {self.rc}); see {self.artifacts}")
 
 

@@ -125,6 +125,23 @@ def test_scrub_removes_private_keys_and_passwords(tmp_path: Path) -> None:
         assert "hunter2" not in text and "PRIVATE KEY-----\n" not in text and "abc" not in text
 
 
+def test_a_full_disk_on_a_host_is_named_with_what_to_do() -> None:
+    """The engine's own words ("no space left on device") name no host and no remedy: the error adds both."""
+    from dlinfra.errors import TargetError
+    from dlinfra.runtime.ansible import PlaybookResult, TaskFailure
+
+    message = "Error processing tar file(exit status 1): write /opt/x.py: no space left on device"
+    full = PlaybookResult("up.yml", "failed", 2, failures=[TaskFailure("h2", "Load the image", message)])
+    with pytest.raises(TargetError) as info:
+        full.raise_for_failure()
+    assert "host h2: task 'Load the image' failed" in str(info.value)
+    assert info.value.hint is not None and "disk of host h2 is full" in info.value.hint
+    other = PlaybookResult("up.yml", "failed", 2, failures=[TaskFailure("h2", "Load the image", "exit status 1")])
+    with pytest.raises(TargetError) as info:
+        other.raise_for_failure()
+    assert info.value.hint is None
+
+
 def test_remote_command_quotes_every_argument() -> None:
     cmd = remote_command(["python", "-c", "print(1); rm -rf /"], env={"TF_CONFIG": '{"a": "b c"}'})
     assert cmd == "env 'TF_CONFIG={\"a\": \"b c\"}' python -c 'print(1); rm -rf /'"
