@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dlinfra.errors import DlinfraError
+
 #: (start, end) on time.monotonic() of every first-time build (a cache miss) in this process.
 _BUILDS: list[tuple[float, float]] = []
 _BUILDS_LOCK = threading.Lock()
@@ -41,6 +43,21 @@ def cache_key(inputs: dict[str, Any]) -> str:
 def cache_dir(kind: str, inputs: dict[str, Any]) -> Path:
     """The folder for one artefact of ``kind`` built from ``inputs`` (not created)."""
     return cache_root() / kind / cache_key(inputs)
+
+
+def need_free_space(where: Path, need_bytes: int, what: str) -> None:
+    """Refuse work that would fill the disk of ``where``: a full disk fails it midway, after minutes, and fails
+    the daemons and databases that share that disk with it."""
+    probe = where
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need_bytes:
+        raise DlinfraError(
+            f"{what} needs about {need_bytes / 1e9:.1f} GB free on the disk of {where}; {free / 1e9:.1f} GB are",
+            "free space there (`dlinfra sweep --all`, old entries of dlinfra's cache), or set DLINFRA_CACHE to a "
+            "folder on a larger disk",
+        )
 
 
 def keep_recent(entry: Path, keep: int, grace_s: float = 600.0) -> list[Path]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from records import make_record
 
-from dlinfra.errors import StoreError
+from dlinfra.errors import DlinfraError, StoreError
 from dlinfra.record import RunRecord
 from dlinfra.results.store import STORE_SCHEMA_VERSION, CellOutcome, open_store
 
@@ -263,3 +263,15 @@ def test_the_cache_keeps_the_most_recently_used_entries_of_a_kind(tmp_path: Path
     assert sorted(p.name for p in kind.iterdir()) == [".d-build-1", "a", "d", "fresh"]
     assert keep_recent(kind / "d", keep=1) == [kind / "a"]  # "fresh" is within the grace period: kept
     assert sorted(p.name for p in kind.iterdir()) == [".d-build-1", "d", "fresh"]
+
+
+def test_a_build_bigger_than_the_free_disk_is_refused_before_it_starts(tmp_path: Path) -> None:
+    import shutil
+
+    from dlinfra.cache import need_free_space
+
+    free = shutil.disk_usage(tmp_path).free
+    need_free_space(tmp_path / "not-yet" / "made", 1, "a small build")  # measured on the nearest existing folder
+    with pytest.raises(DlinfraError, match=r"the guest image's filesystem needs about .* GB free on the disk of ") as e:
+        need_free_space(tmp_path, free + 10**12, "the guest image's filesystem")
+    assert str(tmp_path) in e.value.message and "DLINFRA_CACHE" in (e.value.hint or "")
