@@ -2,7 +2,8 @@
 # timed.sh STAGE COMMAND...: run COMMAND as one named stage of `make test` or `make demo`, saying when it starts
 # and how long it took, and append "STAGE SECONDS STATUS" to $DLINFRA_STAGES (when set) for the summary that
 # `timed.sh --summary` prints. Why: CI's 90-minute limit is spent in stages (install, daemons, OpenStack venvs,
-# lint, fast tier, full suite), and a slow stage must be seen in the log, not guessed.
+# lint, fast tier, full suite), and a slow stage must be seen in the log, not guessed. Each line also says how much
+# disk is free where dlinfra's cache and daemons write (a full disk fails a run midway: it must be seen too).
 set -uo pipefail
 
 if [[ ${1:-} == --summary ]]; then
@@ -13,14 +14,20 @@ if [[ ${1:-} == --summary ]]; then
   exit 0
 fi
 
+free() {
+  local where=${DLINFRA_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}}
+  while [[ ! -e ${where} ]]; do where=$(dirname "${where}"); done
+  df -BG --output=avail "${where}" | tail -1 | tr -d ' G'
+}
+
 stage=$1
 shift
 started=$(date +%s)
-echo "== stage ${stage}: started $(date -u +%H:%M:%S)"
+echo "== stage ${stage}: started $(date -u +%H:%M:%S), $(free) GB free on the disk"
 "$@"
 status=$?
 took=$(($(date +%s) - started))
 word=$([[ ${status} -eq 0 ]] && echo ok || echo "FAILED (exit ${status})")
-echo "== stage ${stage}: ${word} after ${took} s"
+echo "== stage ${stage}: ${word} after ${took} s, $(free) GB free on the disk"
 [[ -n ${DLINFRA_STAGES:-} ]] && mkdir -p "$(dirname "${DLINFRA_STAGES}")" && echo "${stage} ${took} ${word// /_}" >>"${DLINFRA_STAGES}"
 exit "${status}"
