@@ -514,9 +514,15 @@ class LocalTestbed:
                 # rm is much faster than shutil.rmtree on the payload venvs (tens of thousands of files each).
                 _run(["rm", "-rf", "--one-file-system", "--", str(self.dir)], check=False)
                 shutil.rmtree(self.dir, ignore_errors=True)
-                for parent in (self.dir.parent, self.dir.parent.parent):  # testbed/ and dlinfra/, when emptied
-                    with contextlib.suppress(OSError):
-                        parent.rmdir()
+        others = [t for t in all_testbeds() if t.name != self.name]
+        if deps_store().exists() and not others:  # the last testbed: nothing reads the store any more
+            note("files", str(deps_store()))
+            if not dry_run:
+                _run(["rm", "-rf", "--one-file-system", "--", str(deps_store())], check=False)
+        if not dry_run:
+            for parent in (self.dir.parent, self.dir.parent.parent):  # testbed/ and dlinfra/, when emptied
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
         if not dry_run:
             note("files", *_remove_empty_daemon_folders())
         return removed
@@ -698,6 +704,12 @@ def host_python() -> str:
     return SYSTEM_PYTHON if same else ours
 
 
+def deps_store() -> Path:
+    """The payload dependencies' store of every local testbed on this machine (the payload role's
+    ``payload_deps_store``): one unpack per dependencies hash, not one per testbed."""
+    return state_root() / "deps"
+
+
 def render_inventory(st: TestbedState) -> str:
     """The Ansible inventory for a testbed: YAML with the dlinfra host variables filled in."""
     python = host_python()
@@ -722,8 +734,9 @@ def render_inventory(st: TestbedState) -> str:
                 "ansible_python_interpreter": python,
                 "dlinfra_python": python,
                 "dlinfra_known_hosts": str(st.known_hosts),
-                # The hosts share this machine's filesystem: the payload's dependencies are unpacked once for all.
-                "dlinfra_deps_store": str(Path(st.state_dir) / "deps"),
+                # The hosts share this machine's filesystem: the payload's dependencies are unpacked once for all
+                # of its testbeds (1.3 GB per hash; the last testbed's down removes them).
+                "dlinfra_deps_store": str(deps_store()),
                 "dlinfra_layers": ["bm", "ctr"],
             },
             "children": {f"testbed_{st.name.replace('-', '_')}": {"hosts": hosts}},

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -338,6 +339,23 @@ def test_payload_role_from_the_dependencies_archive(
     assert refused["rc"] != 0 and "not " + "0" * 64 in refused["output"], refused["output"][-3000:]
     left = [p.relative_to(tmp_path / "store3") for p in (tmp_path / "store3").rglob("*")]
     assert left in ([], [Path("wheels")]), f"the refused copy and any partial folder are removed: {left}"
+
+    # Two inventories (two local testbeds) on one store at once: one unpacks, the other waits and finds it there.
+    shared = tmp_path / "store5"
+    plays = {name: tmp_path / f"play-{name}" for name in ("h5", "h6")}
+    for folder in plays.values():
+        folder.mkdir()
+    with ThreadPoolExecutor(2) as pool:
+        runs = {
+            name: pool.submit(_play_hosts, folder, "payload", extra,
+                              {name: {"payload_home": str(tmp_path / name), "dlinfra_deps_store": str(shared)}})
+            for name, folder in plays.items()
+        }  # fmt: skip
+        both = {name: run.result() for name, run in runs.items()}
+    assert all(r["rc"] == 0 for r in both.values()), [r["output"][-2000:] for r in both.values()]
+    unpacked = [r["output"].split(task)[1].split("TASK [")[0] for r in both.values() if task in r["output"]]
+    assert sum(len(re.findall(r"^changed: \[h\d\]", u, re.M)) for u in unpacked) == 1, "unpacked once for both"
+    assert sorted(p.name for p in shared.iterdir()) == [archive.sha256, "wheels"], "nothing partial, no lock file"
 
     other = {"payload_home": str(tmp_path / "h4"), "dlinfra_deps_store": str(tmp_path / "store4")}
     fallback = _play_hosts(

@@ -13,6 +13,7 @@ through a shell.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -123,6 +124,19 @@ def _inspect(module: AnsibleModule, p: dict) -> dict:
 def _unpack(module: AnsibleModule, p: dict) -> dict:
     folder = os.path.join(os.path.abspath(os.path.expanduser(p["store"])), p["sha256"])
     archive = os.path.expanduser(p["archive"])
+    store = os.path.dirname(folder)
+    os.makedirs(store, exist_ok=True)
+    # Stores may be shared by the hosts of several inventories (a machine's local testbeds): one unpack at a time
+    # (a lock on the store folder itself: no lock file left), and the one that waited finds the first one's done.
+    lock = os.open(store, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _unpack_locked(module, p, folder, archive)
+    finally:
+        os.close(lock)
+
+
+def _unpack_locked(module: AnsibleModule, p: dict, folder: str, archive: str) -> dict:
     part = folder + ".part"
     try:
         if os.path.exists(os.path.join(folder, DONE)):
