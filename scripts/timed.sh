@@ -14,7 +14,7 @@ if [[ ${1:-} == --summary ]]; then
   exit 0
 fi
 
-free() {
+disk_free() {
   local where=${DLINFRA_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}}
   while [[ ! -e ${where} ]]; do where=$(dirname "${where}"); done
   df -BG --output=avail "${where}" | tail -1 | tr -d ' G'
@@ -23,11 +23,11 @@ free() {
 stage=$1
 shift
 started=$(date +%s)
-echo "== stage ${stage}: started $(date -u +%H:%M:%S), $(free) GB free on the disk"
+echo "== stage ${stage}: started $(date -u +%H:%M:%S), $(disk_free) GB free on the disk"
 "$@"
 status=$?
 took=$(($(date +%s) - started))
 word=$([[ ${status} -eq 0 ]] && echo ok || echo "FAILED (exit ${status})")
-echo "== stage ${stage}: ${word} after ${took} s, $(free) GB free on the disk"
+echo "== stage ${stage}: ${word} after ${took} s, $(disk_free) GB free on the disk"
 [[ -n ${DLINFRA_STAGES:-} ]] && mkdir -p "$(dirname "${DLINFRA_STAGES}")" && echo "${stage} ${took} ${word// /_}" >>"${DLINFRA_STAGES}"
 exit "${status}"
