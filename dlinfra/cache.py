@@ -12,10 +12,12 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +57,8 @@ def need_free_space(where: Path, need_bytes: int, what: str) -> None:
     if free < need_bytes:
         raise DlinfraError(
             f"{what} needs about {need_bytes / 1e9:.1f} GB free on the disk of {where}; {free / 1e9:.1f} GB are",
-            "free space there (`dlinfra sweep --all`, old entries of dlinfra's cache), or set DLINFRA_CACHE to a "
-            "folder on a larger disk",
+            "free space there (`dlinfra sweep --all`, `dlinfra cache --prune`), or set DLINFRA_CACHE to a folder on "
+            "a larger disk",
         )
 
 
@@ -69,15 +71,63 @@ def keep_recent(entry: Path, keep: int, grace_s: float = 600.0) -> list[Path]:
     Returns what was removed.
     """
     os.utime(entry)
+    return _remove_beyond(entry.parent, keep, grace_s, dry_run=False)
+
+
+def _remove_beyond(kind: Path, keep: int, grace_s: float, *, dry_run: bool) -> list[Path]:
+    """All but the ``keep`` most recently used entries of one kind, except those used within ``grace_s``."""
     now = time.time()
-    others = [p for p in entry.parent.iterdir() if p.is_dir() and not p.name.startswith(".") and p != entry]
-    others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    entries = sorted(_entries(kind), key=lambda p: p.stat().st_mtime, reverse=True)
     removed = []
-    for old in others[max(keep - 1, 0) :]:
+    for old in entries[max(keep, 0) :]:
         if now - old.stat().st_mtime > grace_s:
-            shutil.rmtree(old, ignore_errors=True)
+            if not dry_run:
+                shutil.rmtree(old, ignore_errors=True)
             removed.append(old)
     return removed
+
+
+def _entries(kind: Path) -> list[Path]:
+    """The finished entries of one kind (hidden folders are builds in progress)."""
+    return [p for p in kind.iterdir() if p.is_dir() and not p.name.startswith(".")] if kind.is_dir() else []
+
+
+#: What ``dlinfra cache --prune`` may remove: builds, each made again from its inputs when next needed. Not the
+#: venvs (checkouts run from them: scripts/install-venv.sh and install-openstack.sh keep their own four newest) nor
+#: the records kept beside the builds (runs, kvm-verdicts).
+PRUNABLE = ("guest-image", "images", "rootfs", "wheelhouse", "wheelhouse-deps", "deps-archive", "datasets",
+            "test-wheelhouse-tiny", "nova-libvirt-site")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CacheKind:
+    """One kind of the cache as ``dlinfra cache`` lists it."""
+
+    kind: str
+    entries: int
+    size_bytes: int
+    last_used: float | None
+    prunable: bool
+
+
+def cache_usage() -> list[CacheKind]:
+    """Every kind in the cache with its entries' count, size on disk (hard links once) and last use."""
+    found = []
+    root = cache_root()
+    for kind in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        entries = _entries(kind)
+        du = subprocess.run(["du", "-s", "-B1", "--", str(kind)], capture_output=True, text=True, check=False)
+        size = int(du.stdout.split()[0]) if du.returncode == 0 and du.stdout else 0
+        used = max((p.stat().st_mtime for p in entries), default=None)
+        found.append(CacheKind(kind.name, len(entries), size, used, kind.name in PRUNABLE))
+    return found
+
+
+def prune_cache(unused_for_s: float, *, dry_run: bool = False) -> list[Path]:
+    """Remove the entries of every prunable kind not used for ``unused_for_s`` (at least 10 minutes: another
+    run may be reading one); returns what (would) go. Each kind's builds already keep their own few newest."""
+    grace = max(unused_for_s, 600.0)
+    return [old for kind in PRUNABLE for old in _remove_beyond(cache_root() / kind, 0, grace, dry_run=dry_run)]
 
 
 @contextmanager

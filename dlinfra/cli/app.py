@@ -30,6 +30,7 @@ SUBCOMMANDS = {
     "compare": "dlinfra.cli.compare_cmd:compare",
     "check": "dlinfra.cli.check_cmd:check",
     "sweep": "dlinfra.cli.sweep_cmd:sweep",
+    "cache": "dlinfra.cli.cache_cmd:cache",
 }
 
 

@@ -124,7 +124,8 @@ def _hint_for(failure: TaskFailure) -> str | None:
     if "no space left on device" in failure.message.lower():
         return (
             f"the disk of host {failure.host} is full: free space there (`dlinfra sweep --all` removes what runs "
-            "left; each engine's `image prune -a` old images) and retry the failed cells"
+            "left, `dlinfra cache --prune` old builds, each engine's `image prune -a` old images) and retry the "
+            "failed cells"
         )
     return None
 

@@ -275,3 +275,39 @@ def test_a_build_bigger_than_the_free_disk_is_refused_before_it_starts(tmp_path:
     with pytest.raises(DlinfraError, match=r"the guest image's filesystem needs about .* GB free on the disk of ") as e:
         need_free_space(tmp_path, free + 10**12, "the guest image's filesystem")
     assert str(tmp_path) in e.value.message and "DLINFRA_CACHE" in (e.value.hint or "")
+
+
+def test_the_cache_command_lists_each_kind_and_prunes_only_builds_unused_for_long(tmp_path: Path) -> None:
+    """What a user with a full disk runs: sizes per kind, then old builds removed; venvs and fresh builds stay."""
+    import os
+    import time
+
+    from support import run_cli
+
+    cache = tmp_path / "cache"
+    day = 24 * 3600
+    made = {"guest-image/old": 3 * day, "guest-image/new": 60, "images/old": 2 * day, "venv/k": 30 * day,
+            "guest-image/.k-build-1": 3 * day}  # fmt: skip
+    for name, age in made.items():
+        (cache / name).mkdir(parents=True)
+        (cache / name / "data").write_bytes(b"x" * 300_000)
+        os.utime(cache / name, (time.time() - age, time.time() - age))
+    env = {"DLINFRA_CACHE": str(cache), "COLUMNS": "200"}
+
+    listed = run_cli("cache", env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split("│")[1].strip(): line for line in listed.stdout.splitlines() if line.count("│") > 4}
+    assert set(rows) >= {"guest-image", "images", "venv", "total"}
+    assert rows["guest-image"].split("│")[2].strip() == "2"  # the build in progress is not an entry
+
+    dry = run_cli("cache", "--prune", "--dry-run", env=env)
+    assert dry.returncode == 0 and "would remove 2 entries" in dry.stdout, dry.stdout
+    assert "guest-image/old" in dry.stdout and "images/old" in dry.stdout and (cache / "images/old").exists()
+
+    pruned = run_cli("cache", "--prune", env=env)
+    assert pruned.returncode == 0 and "removed 2 entries" in pruned.stdout, pruned.stdout
+    left = sorted(str(p.relative_to(cache)) for p in cache.glob("*/*"))
+    assert left == ["guest-image/.k-build-1", "guest-image/new", "venv/k"]
+
+    refused = run_cli("cache", "--dry-run", env=env)
+    assert refused.returncode != 0 and "--dry-run goes with --prune" in refused.stderr
