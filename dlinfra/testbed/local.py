@@ -508,24 +508,24 @@ class LocalTestbed:
             note("links", bridge)
             if not dry_run:
                 _run(["ip", "link", "del", bridge], check=False)
-        if self.dir.exists():
-            note("files", str(self.dir))
-            if not dry_run:
-                # rm is much faster than shutil.rmtree on the payload venvs (tens of thousands of files each).
-                _run(["rm", "-rf", "--one-file-system", "--", str(self.dir)], check=False)
-                shutil.rmtree(self.dir, ignore_errors=True)
-        others = [t for t in all_testbeds() if t.name != self.name]
-        if deps_store().exists() and not others:  # the last testbed: nothing reads the store any more
-            note("files", str(deps_store()))
-            if not dry_run:
-                _run(["rm", "-rf", "--one-file-system", "--", str(deps_store())], check=False)
-        if not dry_run:
-            for parent in (self.dir.parent, self.dir.parent.parent):  # testbed/ and dlinfra/, when emptied
-                with contextlib.suppress(OSError):
-                    parent.rmdir()
-        if not dry_run:
-            note("files", *_remove_empty_daemon_folders())
+        note("files", *self._remove_folders(dry_run))
         return removed
+
+    def _remove_folders(self, dry_run: bool) -> list[str]:
+        """The state folder; the dependencies' store when no other testbed is left to read it; the folders above
+        and the daemons' ones, when emptied. Returns what (would) go."""
+        others = [t for t in all_testbeds() if t.name != self.name]
+        folders = [f for f in (self.dir, *([] if others else [deps_store()])) if f.exists()]
+        if dry_run:
+            return [str(f) for f in folders]
+        for folder in folders:
+            # rm is much faster than shutil.rmtree on the payload venvs (tens of thousands of files each).
+            _run(["rm", "-rf", "--one-file-system", "--", str(folder)], check=False)
+            shutil.rmtree(folder, ignore_errors=True)
+        for parent in (self.dir.parent, self.dir.parent.parent):  # testbed/ and dlinfra/, when emptied
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+        return [str(f) for f in folders] + _remove_empty_daemon_folders()
 
     def _orphan_hosts(self) -> list[tuple[str, str, str]]:
         """(host, netns, veth) of this testbed's hosts that still exist without a state file entry."""
