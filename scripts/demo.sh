@@ -33,7 +33,7 @@ dlinfra testbed down
 if [[ ${run_status} -ne 0 && ${run_status} -ne 1 ]]; then  # 1: some cells failed, the rest is stored
   finish "${run_status}" "FAILED: the campaign stopped (exit ${run_status}); Ansible artifacts are in ${artifacts}; fix what the error above names, then 'make demo' again (stored cells are kept)"
 fi
-dlinfra report --campaign latest || finish 1 "FAILED: no report: the campaign stored no successful run; see the failures above"
+dlinfra report --campaign latest || finish 1 "FAILED: no report: the error above says why (failed or contaminated runs)"
 if ! html=$(dlinfra report --campaign latest --format html --out "${REPORT}" 2>&1); then  # its warnings: shown above
   echo "${html}"
   finish 1 "FAILED: the HTML report could not be written to ${REPORT}"

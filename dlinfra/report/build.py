@@ -50,6 +50,13 @@ def build_report(
     row = next((c for c in store.campaigns() if c["campaign_id"] == campaign_id), {})
     runs, failed, contaminated, worst = _campaign_runs(store, campaign_id, include_contaminated)
     layers = sorted(set(runs["layer"]))
+    if baseline not in layers and contaminated and baseline in set(load_runs(store, campaign_id)["layer"]):
+        raise DlinfraError(
+            f"every run of the baseline layer {baseline!r} in campaign {campaign_id} was contaminated: other "
+            f"programs ran on their CPUs (layers with clean runs: {', '.join(layers)})",
+            "see who with 'dlinfra results show'; --include-contaminated reports them anyway; measure again on a "
+            "quieter host",
+        )
     if baseline not in layers:
         raise DlinfraError(
             f"baseline layer {baseline!r} has no runs in campaign {campaign_id} "

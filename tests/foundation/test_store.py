@@ -125,6 +125,25 @@ def test_a_contaminated_attempt_is_kept_flagged_and_a_clean_retry_wins(store_url
         assert store.campaigns()[0]["contaminated"] == 0
 
 
+def test_a_baseline_whose_runs_were_all_contaminated_is_named_so_not_as_missing(tmp_path: Path) -> None:
+    """A demo beside other work: every bm run contaminated, the vm runs clean. The report says that, not that the
+    campaign stored no bm run."""
+    from dlinfra.record import Interference
+    from dlinfra.report.build import build_report
+    from dlinfra.results.store import CONTAMINATED
+
+    busy = make_record(throughput=700.0)
+    busy.metrics.interference = Interference([0, 1], 10.0, 14.0, 9.0, 5.0, steal_s=1.0, boot_id="b")
+    guest = make_record(cell={"workload": "mnist-dnn", "layer": "vm", "mode": "single", "batch_size": 64})
+    with open_store(str(tmp_path / "r.db")) as store:
+        store.add_campaign("c1", "demo", {})
+        store.store_cell(outcome_for(busy, CONTAMINATED, "others used 30% of CPU(s) 0-1"), [busy])
+        store.store_cell(outcome_for(guest), [guest])
+        with pytest.raises(DlinfraError, match=r"every run of the baseline layer 'bm' .* was contaminated") as e:
+            build_report(store, "c1")
+    assert "layers with clean runs: vm" in e.value.message and "--include-contaminated" in (e.value.hint or "")
+
+
 def test_a_version_1_store_is_migrated_and_keeps_its_rows(store_url: str) -> None:
     if store_url.startswith("postgresql"):
         import psycopg
