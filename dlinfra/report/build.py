@@ -48,9 +48,9 @@ def build_report(
     m = METRICS[metric]
     campaign_id = store.resolve_campaign(campaign)
     row = next((c for c in store.campaigns() if c["campaign_id"] == campaign_id), {})
-    runs, failed, contaminated, worst = _campaign_runs(store, campaign_id, include_contaminated)
+    runs, failed, contaminated, worst, measured = _campaign_runs(store, campaign_id, include_contaminated)
     layers = sorted(set(runs["layer"]))
-    if baseline not in layers and contaminated and baseline in set(load_runs(store, campaign_id)["layer"]):
+    if baseline not in layers and baseline in measured:
         raise DlinfraError(
             f"every run of the baseline layer {baseline!r} in campaign {campaign_id} was contaminated: other "
             f"programs ran on their CPUs (layers with clean runs: {', '.join(layers)})",
@@ -108,10 +108,12 @@ def build_report(
 
 def _campaign_runs(
     store: ResultsStore, campaign_id: str, include_contaminated: bool
-) -> tuple[pd.DataFrame, pd.DataFrame, int, float | None]:
+) -> tuple[pd.DataFrame, pd.DataFrame, int, float | None, set[str]]:
     """The campaign's runs (contaminated ones left out unless asked), its failed cells, how many runs were left
-    out and the largest share of CPU others took in them; an error when nothing is left to report."""
+    out, the largest share of CPU others took in them, and the layers with any run, left out or not; an error
+    when nothing is left to report."""
     runs = load_runs(store, campaign_id)
+    measured = set(runs["layer"])
     contaminated, worst = 0, None
     if not include_contaminated:
         runs, contaminated, worst = leave_out_contaminated(runs)
@@ -126,7 +128,7 @@ def _campaign_runs(
     if runs.empty:
         detail = f" ({len(failed)} failed cell(s))" if len(failed) else ""
         raise DlinfraError(f"campaign {campaign_id} has no stored runs{detail}", "see 'dlinfra results show'")
-    return runs, failed, contaminated, worst
+    return runs, failed, contaminated, worst, measured
 
 
 def _views(
