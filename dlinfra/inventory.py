@@ -56,6 +56,9 @@ KNOWN_VARS: dict[str, str] = {
     "dlinfra_netns": "network namespace of a local testbed host (set by 'dlinfra testbed')",
     "dlinfra_emulated": "true when the target is emulated (QEMU TCG): its timings are not comparable",
     "dlinfra_libvirt_uri": "libvirt URI of this host's hypervisor for the vm layer (qemu:///system when local)",
+    "dlinfra_zun_host": "for the zun provider: the name Zun gives this compute host (default its inventory name)",
+    "dlinfra_docker_socket": "for the zun provider: the socket of the dockerd this compute host's zun-compute "
+    "drives (default Docker's)",
 }
 
 
@@ -188,7 +191,7 @@ def _validate_vars(who: str, hostvars: dict[str, Any], source: str) -> None:
                 problem = "must be a positive integer (bytes, at most 1 PiB)"
         elif key in (
             "dlinfra_home", "dlinfra_deps_store", "dlinfra_python", "dlinfra_known_hosts", "dlinfra_netns",
-            "dlinfra_libvirt_uri",
+            "dlinfra_libvirt_uri", "dlinfra_zun_host", "dlinfra_docker_socket",
         ):  # fmt: skip
             if not isinstance(value, str) or not value or len(value) > 4096 or not value.isprintable():
                 problem = "must be a non-empty string"

@@ -64,16 +64,44 @@ def libvirt_nova_services() -> Any:
     """The stack with Nova's libvirt driver and Open vSwitch (:mod:`dlinfra.testbed.nova_libvirt`), started once per
     test process: real guests under libvirtd, reached at the addresses Nova reports. It takes the same fixed ports
     as :func:`nova_services`' stack, so one process runs one of the two."""
-    from dlinfra.testbed.nova_libvirt import GATEWAY, LibvirtNovaServices, libvirt_site
-    from dlinfra.testbed.openstack import nova_available, nova_venv
-    from dlinfra.testbed.ovs import ensure_bridge, stop_daemons
+    from dlinfra.testbed.nova_libvirt import LibvirtNovaServices, libvirt_site
 
     component("the OpenStack services with Nova's libvirt driver")
-    if "service" not in _LIBVIRT_STATE:
-        need(nova_available(), f"the OpenStack services in {nova_venv()} and mariadbd (make openstack)")
-        assert "service" not in _STATE, "the fake-driver stack runs in this process: select the libvirt case alone"
-        if ensure_bridge(GATEWAY):  # Open vSwitch did not run before: it stops with the session, also when the
-            SESSION_STOPS.append(stop_daemons)  # stack below fails to start
+    _before_a_real_guest_stack(_LIBVIRT_STATE)
     return session_service(
         _LIBVIRT_STATE, "dlinfra-nova-libvirt-test-", lambda folder: LibvirtNovaServices(libvirt_site()).start(folder)
     )
+
+
+_ZUN_STATE: dict[str, Any] = {}
+
+
+def zun_services() -> Any:
+    """That stack with Zun, kuryr-libnetwork and Zun's own dockerd (:mod:`dlinfra.testbed.zun`), started once per
+    test process in place of :func:`libvirt_nova_services`' (the same ports): containers Zun places on its compute
+    host, whose ports Neutron binds and the Open vSwitch agent wires. Its dockerd starts empty: the ``zun``
+    provider loads the payload image over the compute host's SSH."""
+    from dlinfra.testbed.nova_libvirt import libvirt_site
+    from dlinfra.testbed.zun import ZunServices, zun_available, zun_venv
+
+    component("Zun on the OpenStack services with Nova's libvirt driver")
+    if "service" not in _ZUN_STATE:
+        need(zun_available(), f"Zun and kuryr-libnetwork in {zun_venv()} (DLINFRA_OPENSTACK_ZUN=1 make openstack)")
+    _before_a_real_guest_stack(_ZUN_STATE)
+    return session_service(_ZUN_STATE, "dlinfra-zun-test-", lambda folder: ZunServices(libvirt_site()).start(folder))
+
+
+def _before_a_real_guest_stack(state: dict[str, Any]) -> None:
+    """What a real-guest stack needs before its first start in this process: the services' venv, no other stack
+    on the same fixed ports, and Open vSwitch (stopped with the session when this started it)."""
+    from dlinfra.testbed.nova_libvirt import GATEWAY
+    from dlinfra.testbed.openstack import nova_available, nova_venv
+    from dlinfra.testbed.ovs import ensure_bridge, stop_daemons
+
+    if "service" in state:
+        return
+    need(nova_available(), f"the OpenStack services in {nova_venv()} and mariadbd (make openstack)")
+    others = [s for s in (_STATE, _LIBVIRT_STATE, _ZUN_STATE) if s is not state and "service" in s]
+    assert not others, "another stack on the same ports runs in this process: select this case alone"
+    if ensure_bridge(GATEWAY):  # Open vSwitch did not run before: it stops with the session, also when the
+        SESSION_STOPS.append(stop_daemons)  # stack fails to start

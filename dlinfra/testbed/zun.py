@@ -7,7 +7,8 @@ stack runs. What this adds (state in the stack's folder, processes stopped with 
 
 - a Keystone user ``zun`` (and ``kuryr``) and the catalog's ``container`` service; a ``zun`` database on the
   stack's MariaDB; zun-api and zun-compute on the stack's RabbitMQ;
-- a dockerd of its own, holding :attr:`ZunServices.image` (loaded from the machine's dockerd). kuryr accepts only
+- a dockerd of its own, holding :attr:`ZunServices.image` (loaded from the machine's dockerd; none: the ``zun``
+  provider loads the payload image over the compute host's SSH, as on a cloud's compute host). kuryr accepts only
   a sandbox under Docker's default exec root (``/var/run/docker/netns/...``), so this dockerd runs in a mount
   namespace where ``/run/docker`` is a folder of the state: the machine's dockerd keeps its own;
 - kuryr-libnetwork, registered with Docker by a spec file in ``/etc/docker/plugins`` (removed at stop).
@@ -59,7 +60,7 @@ def as_compute_host(*argv: str) -> list[str]:
 class ZunServices(LibvirtNovaServices):
     """The real-guest stack, plus Zun, kuryr-libnetwork and a dockerd that holds ``image``."""
 
-    def __init__(self, extra_site: Path, image: str, start_timeout: float = 600.0) -> None:
+    def __init__(self, extra_site: Path, image: str | None = None, start_timeout: float = 600.0) -> None:
         super().__init__(extra_site, start_timeout=start_timeout)
         self.image = image
 
@@ -123,6 +124,8 @@ class ZunServices(LibvirtNovaServices):
                                 str(self._dir("docker")), "--pidfile", str(self.state_dir / "docker.pid"),
                                 "--bridge", "none", "--iptables=false", "--ip6tables=false"])  # fmt: skip
         self._wait_until("dockerd", "answer on its socket", lambda: answers(str(self.docker_socket)))
+        if not self.image:
+            return
         load_argv = ["docker", "--host", f"unix://{self.docker_socket}", "load"]
         with subprocess.Popen(["docker", "save", self.image], stdout=subprocess.PIPE) as save:
             load = subprocess.run(load_argv, stdin=save.stdout, capture_output=True, text=True, check=False)

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import component, need, need_binary
@@ -136,8 +137,29 @@ def _engine_of(provider, host: str) -> Engine:
     return next(he.engine for he in provider.hosts if he.host == host)
 
 
-def test_engine_over_ssh_checks_loads_runs_and_cleans(testbed, docker: Engine, docker_tiny) -> None:
-    """The real-host path: the up/down playbooks over SSH (the image copied there, loaded), engine checks over SSH."""
+def _no_host_folder(host: Any, remote: Engine, name: str, tmp_path: Path) -> None:
+    """Bytes put into the container with the engine's cp come back the same through the exec; a missing file is
+    FileNotFoundError (the zun provider's targets: Zun mounts no host folder)."""
+    from dlinfra.transport import ContainerAccess, ContainerTransport, SshTransport
+
+    access = ContainerAccess(remote.exec_argv(name, []), "/opt/dlinfra/runs", None,
+                             copy_argv=[*remote.base_argv(), "cp"], engine_name=name)  # fmt: skip
+    inside = ContainerTransport(SshTransport(host.ssh), access, name)
+    try:
+        sent = tmp_path / "bytes.bin"
+        sent.write_bytes(bytes(range(256)) * 64)
+        inside.put(str(sent), "/tmp/bytes.bin")
+        assert inside.read("/tmp/bytes.bin") == sent.read_bytes()
+        with pytest.raises(FileNotFoundError):
+            inside.read("/tmp/absent.json")
+        assert not inside.host.run(["sh", "-c", "ls /tmp/dlinfra-put.* 2>/dev/null"]).stdout  # nothing staged left
+    finally:
+        inside.close()
+
+
+def test_engine_over_ssh_checks_loads_runs_and_cleans(testbed, docker: Engine, docker_tiny, tmp_path: Path) -> None:
+    """The real-host path: the up/down playbooks over SSH (the image copied there, loaded), engine checks over SSH;
+    and a container that mounts no host folder (as Zun's containers), its files put and read through its host."""
     import sys
 
     from dlinfra.providers.containers.engine import ensure_dockerd
@@ -157,7 +179,7 @@ def test_engine_over_ssh_checks_loads_runs_and_cleans(testbed, docker: Engine, d
     try:
         assert remote.check_available()
         name = f"dlinfra-{run_id}-ssh"
-        spec = ContainerSpec(name, docker_tiny.tag, run_id, NetworkMode("host"), Resources())
+        spec = ContainerSpec(name, docker_tiny.tag, run_id, NetworkMode("host"), Resources(), read_only=False)
         image = (str(save_image(docker, docker_tiny.tag)), docker_tiny.tag)
         report = run_up([PlayHost(host.name, remote, reach, [spec], image=image)], run_id)
         assert report[host.name]["containers"][name]["HostConfig"]["NetworkMode"] == "host"
@@ -165,6 +187,7 @@ def test_engine_over_ssh_checks_loads_runs_and_cleans(testbed, docker: Engine, d
         assert host.address in addrs
         echo = remote.run("exec", name, "python", "-c", "import sys; print(sys.argv[1])", "a b; $(reboot) 'q'")
         assert echo.stdout.strip() == "a b; $(reboot) 'q'"  # quoted through the remote shell, never run
+        _no_host_folder(host, remote, name, tmp_path)
         run_down([PlayHost(host.name, remote, reach, remove_images=[docker_tiny.tag])], run_id)
         assert remote.run("ps", "-aq").stdout.strip() == ""
         assert not remote.exists("image", docker_tiny.tag)

@@ -54,8 +54,10 @@ class Case:
     extra: dict[str, Any] = field(default_factory=dict)
     #: Tells apart two cases of one provider and layer (in the test ids).
     variant: str = ""
-    #: The inventory the provider is given (None: the local testbed's); called after ``needs``.
-    inventory: Callable[[], Path] | None = None
+    #: The inventory the provider is given (None: the local testbed's); called after ``needs``, with the testbed.
+    inventory: Callable[[Any], Path] | None = None
+    #: Whether the live checks (up, down, sweep) run; the validate check always does.
+    live: bool = True
 
     @property
     def id(self) -> str:
@@ -195,7 +197,7 @@ def _need_redfish_node() -> None:
     redfish_node()
 
 
-def _redfish_inventory() -> Path:
+def _redfish_inventory(_testbed: Any) -> Path:
     from redfish_support import redfish_node
 
     return redfish_node().inventory
@@ -221,6 +223,48 @@ if os.environ.get("DLINFRA_NOVA_LIBVIRT_CONFORMANCE"):  # one TCG boot and the s
         )
     )  # fmt: skip
 
+
+def _need_zun() -> None:
+    """Zun on the real-guest stack (tests/nova_support.py): containers that Zun places on its compute host, on
+    ports that Neutron binds and Open vSwitch wires; the compute host is entered over SSH through the testbed's
+    host, which reaches Zun's dockerd by its socket (a namespace shares the machine's files)."""
+    _need_testbed()
+    need_binary("ovs-vswitchd")
+    need_module("openstack")
+    from nova_support import zun_services
+
+    zun_services()
+
+
+def _zun_inventory(testbed: Any) -> Path:
+    """The testbed's host as the one compute host: SSH to it, Zun's name for the host, and Zun's dockerd."""
+    import yaml
+    from nova_support import zun_services
+
+    from dlinfra.inventory import load_inventory
+    from dlinfra.testbed.openstack import COMPUTE_HOST
+
+    host = load_inventory(testbed.inventory)[0]
+    hv = {**host.vars, "ansible_host": host.address, "dlinfra_layers": ["ctr"], "dlinfra_zun_host": COMPUTE_HOST,
+          "dlinfra_docker_socket": str(zun_services().docker_socket)}  # fmt: skip
+    hv.pop("dlinfra_netns", None)  # reached as a compute host is: over SSH
+    path = Path(testbed.inventory).with_name("zun-inventory.yml")
+    path.write_text(yaml.safe_dump({"all": {"hosts": {host.name: hv}}}))
+    return path
+
+
+CASES.append(
+    Case(
+        "zun", "ctr", {"network": "dlinfra-net", "cpu": 0.5, "memory_mb": 1024, "poll_interval": 0.5},
+        [({"cpu_policy": "pinned"}, r"layer_options.ctr.cpu_policy: 'pinned' is not one of shared, dedicated"),
+         ({"memory_mb": 1}, r"layer_options.ctr.memory_mb: 1 must be"),
+         ({"image_driver": "registry"}, r"layer_options.ctr.image_driver"),
+         ({"placement": "pack"}, r"unknown option\(s\) placement")],
+        # The stack and a Zun venv only when asked (docs/testing.md): validate runs always, the rest by hand.
+        _need_zun, inventory=_zun_inventory, live=bool(os.environ.get("DLINFRA_ZUN_STACK")),
+    )
+)  # fmt: skip
+
 if os.environ.get("DLINFRA_REDFISH_CONFORMANCE"):  # three TCG boots: run by hand (docs/openstack.md), not by CI
     CASES.append(
         Case(
@@ -231,6 +275,7 @@ if os.environ.get("DLINFRA_REDFISH_CONFORMANCE"):  # three TCG boots: run by han
     )  # fmt: skip
 
 IDS = [c.id for c in CASES]
+LIVE = [c for c in CASES if c.live]
 
 
 def test_every_shipped_provider_has_a_case() -> None:
@@ -276,7 +321,7 @@ def wheelhouse() -> Any:
 
 
 def _inventory(case: Case, testbed: Any) -> Path:
-    return case.inventory() if case.inventory else testbed.inventory
+    return case.inventory(testbed) if case.inventory else testbed.inventory
 
 
 def _spec(case: Case, testbed: Any, wheelhouse: Any, options: dict[str, Any] | None = None) -> Any:
@@ -294,7 +339,7 @@ def _found(cls: Any, labels: set[str]) -> dict[str, list[dict[str, Any]]]:
     return {label: entries for label, entries in cls.discover().items() if label in labels}
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("case", LIVE, ids=[c.id for c in LIVE])
 def test_up_twice_verify_the_payload_then_down_leaves_nothing(
     case: Case, testbed: Any, wheelhouse: Any, tmp_path: Path
 ) -> None:
@@ -328,6 +373,8 @@ def test_up_twice_verify_the_payload_then_down_leaves_nothing(
             assert [t.details["nova_server_name"] for t in targets] == [t.details["stand_in_host"] for t in targets]
         if case.variant == "libvirt":  # a real guest, at the address Nova reports, its host key from its console
             _check_the_nova_guest(targets[0])
+        if case.provider == "zun":  # a container Zun placed, on a port Neutron bound there, entered by its host
+            _check_the_zun_container(targets[0], tmp_path)
         # The second up is a no-op: the same targets, and nothing new on the machine.
         assert provider.up(_spec(case, testbed, wheelhouse)) is targets
         assert _found(cls, labels) == made
@@ -422,6 +469,31 @@ def _check_the_nova_guest(target: Any) -> None:
     assert whoami.returncode == 0 and whoami.stdout.strip() != "0", whoami.stderr
 
 
+def _check_the_zun_container(target: Any, tmp_path: Path) -> None:
+    from nova_support import zun_services
+
+    from dlinfra.testbed.openstack import COMPUTE_HOST
+
+    assert target.details["zun_host"] == COMPUTE_HOST and target.peer_ip, target.details
+    conn = zun_services().connection()
+    [port] = list(conn.network.ports(device_id=target.details["zun_container"]))
+    assert (port.status, port.binding_host_id) == ("ACTIVE", COMPUTE_HOST)
+    assert [ip["ip_address"] for ip in port.fixed_ips] == [target.peer_ip]  # the address peers dial is Neutron's
+    link = target.transport()
+    try:  # Zun mounts no host folder: the runs folder is the container's own, written by cp and read by exec
+        inside = f"{target.runs_dir}/check/bytes.bin"
+        assert link.run(["mkdir", "-p", f"{target.runs_dir}/check"]).ok
+        local = tmp_path / "bytes.bin"
+        local.write_bytes(bytes(range(256)) * 4)
+        link.put(str(local), inside)
+        assert link.read(inside) == local.read_bytes()
+        with pytest.raises(FileNotFoundError):
+            link.read(f"{target.runs_dir}/check/absent.json")
+        assert link.run(["hostname"]).stdout.strip() != COMPUTE_HOST  # inside the container, not on its host
+    finally:
+        link.close()
+
+
 def _check_the_redfish_node(target: Any, powered: str) -> None:
     """In libvirtd itself: the node's guest is ``powered``; its first boot device is its disk (set by Ironic's
     adoption); while running, the target is the guest at the address network_data records."""
@@ -450,7 +522,7 @@ time.sleep(900)
 """
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("case", LIVE, ids=[c.id for c in LIVE])
 def test_sweep_after_sigkill_in_the_middle_of_up_leaves_nothing(case: Case, testbed: Any, tmp_path: Path) -> None:
     """The controller is killed as soon as the provider has made something (or, for a provider that makes
     nothing, once up returned); ``sweep`` of its labels then leaves nothing behind and no state file."""
@@ -541,3 +613,54 @@ if os.environ.get("DLINFRA_NOVA_LIBVIRT_CONFORMANCE"):  # defined, and so collec
         assert leftovers == [], leftovers
         assert not [d for d in _virsh("list", "--all", "--name").split() if d.startswith("instance-")]
         print(f"\nnova ctr-vm campaign: {took:.1f} s, server {server}, rows {[rows[k]['elapsed_s'] for k in rows]}")
+
+
+if os.environ.get("DLINFRA_ZUN_STACK"):  # defined, and so collected, only beside the zun case's live checks
+
+    def test_a_ctr_cell_runs_in_a_container_zun_places(testbed: Any, tmp_path: Path) -> None:
+        """``dlinfra run`` with ctr cells through the ``zun`` provider: the payload image loaded on the compute
+        host, a container Zun places there and Neutron wires, the cells entered through the host (a sysbench cell
+        and a TensorFlow one), their records read from the container's own runs folder; afterwards Zun holds no
+        container of the run and the compute host's engine neither container nor image of it."""
+        import sqlite3
+
+        from support import run_cli
+
+        _need_zun()
+        inventory = _zun_inventory(testbed)
+        spec = tmp_path / "zun.yml"
+        spec.write_text(
+            f"name: zun-ctr\ninventory: {inventory}\nlayers: [ctr]\nrepeats: 1\nwarmup_steps: 1\nsteps: 4\n"
+            "cell_timeout: 900\nlayer_options:\n"
+            "  ctr: {provider: zun, network: dlinfra-net, cpu: 1, memory_mb: 2048, poll_interval: 0.5}\n"
+            "workloads:\n  - name: sysbench-cpu\n    matrix: {mode: [single], time: [1]}\n"
+            "  - name: mnist-dnn\n    matrix: {mode: [single], batch_size: [64], data: [synthetic]}\n"
+        )
+        db = tmp_path / "r.db"
+        started = time.monotonic()
+        proc = run_cli("--db", str(db), "run", str(spec), "--campaign-id", "zun-ctr", "--artifacts",
+                       str(tmp_path / "art"), timeout=1800)  # fmt: skip
+        took = time.monotonic() - started
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+        assert "2 ok, 0 failed" in proc.stdout, proc.stdout[-3000:]
+        conn = sqlite3.connect(db)
+        conn.row_factory = sqlite3.Row
+        rows = [dict(r) for r in conn.execute("SELECT * FROM runs WHERE campaign_id = 'zun-ctr'")]
+        conn.close()
+        assert {r["workload"] for r in rows} == {"sysbench-cpu", "mnist-dnn"}
+        assert all(r["status"] == "ok" and r["provider"] == "zun" and r["layer"] == "ctr" for r in rows), rows
+        details = [json.loads(r["record_json"])["provenance"]["target_details"] for r in rows]
+        from dlinfra.testbed.openstack import COMPUTE_HOST
+
+        assert {d["zun_host"] for d in details} == {COMPUTE_HOST} and len({d["zun_container"] for d in details}) == 1
+        from nova_support import zun_services
+
+        stack = zun_services()
+        reply = stack.connection().session.get(f"{stack.url('zun')}/v1/containers", headers={
+            "OpenStack-API-Version": "container 1.40"}).json()  # fmt: skip
+        assert [c["name"] for c in reply["containers"] if "zun-ctr" in str(c.get("labels"))] == []
+        engine = ["docker", "--host", f"unix://{stack.docker_socket}"]
+        left = subprocess.run([*engine, "ps", "-aq"], capture_output=True, text=True, check=True).stdout.split()
+        images = subprocess.run([*engine, "images", "-q"], capture_output=True, text=True, check=True).stdout.split()
+        assert (left, images) == ([], []), "the run's container and the image it loaded are gone"
+        print(f"\nzun ctr campaign: {took:.1f} s, rows {[(r['workload'], r['elapsed_s']) for r in rows]}")

@@ -117,7 +117,7 @@ def controller_engine(kind: str, *, artifacts_dir: Path | None = None) -> Engine
 _PREPARED_HERE: set[str] = set()
 
 
-def _reach(host: InventoryHost) -> dict[str, Any]:
+def ansible_reach(host: InventoryHost) -> dict[str, Any]:
     """How Ansible reaches an inventory host: its SSH settings, become settings and Python."""
     return {
         **host.ssh.ansible_vars(),
@@ -239,7 +239,7 @@ class ContainerProvider(Provider):
             return HostEngine(host.name, engine)
         engine = Engine(kind, host=host.name, via=ssh_via(host))  # type: ignore[arg-type]
         engine.check_available()
-        return HostEngine(host.name, engine, ansible=_reach(host))
+        return HostEngine(host.name, engine, ansible=ansible_reach(host))
 
     def _results_root(self, he: HostEngine, host: Any, run_id: str) -> str:
         """The host folder that will hold this run's bind-mounted results (the up play creates it), recorded first.
@@ -295,7 +295,7 @@ class ContainerProvider(Provider):
         # dlinfra's guests socket-activate dockerd: the role checks it answers, leaving the service as it is.
         settings = {"service": False} if self.layer == "ctr-vm" and self.engine_kind == "docker" else {}
         prepare(
-            [HostToPrepare(h.name, self.engine_kind, _reach(h), settings) for h in over_ssh],  # type: ignore[arg-type]
+            [HostToPrepare(h.name, self.engine_kind, ansible_reach(h), settings) for h in over_ssh],  # type: ignore[arg-type]
             artifacts_dir=self._artifacts,
         )
         for host in hosts:  # fail fast, naming the host, before building anything
