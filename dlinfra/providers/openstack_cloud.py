@@ -1,22 +1,28 @@
-"""What the OpenStack providers (``ironic``, ``nova``) share: the cloud a layer names, an openstacksdk
-connection to it with its secrets registered first, and the environment their openstack.cloud playbooks run in.
+"""What the OpenStack providers (``ironic``, ``nova``, ``zun``) share: their base class (the run's label and
+claim, the cloud a layer names), an openstacksdk connection to it with its secrets registered first, and the
+environment their openstack.cloud playbooks run in.
 
-Why one module: both read credentials only the OpenStack way (clouds.yaml, ``OS_CLOUD`` or the ``cloud``
-option), both must re-read the clouds.yaml a run recorded when a later ``dlinfra sweep`` reaches the same
-cloud, and both run openstack.cloud modules that need the same openstacksdk 4 shim.
+Why one module: all read credentials only the OpenStack way (clouds.yaml, ``OS_CLOUD`` or the ``cloud``
+option), all must re-read the clouds.yaml a run recorded when a later ``dlinfra sweep`` reaches the same
+cloud, and ironic and nova run openstack.cloud modules that need the same openstacksdk 4 shim.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets as std_secrets
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from dlinfra import secrets
 from dlinfra.errors import DlinfraError, TargetError
+from dlinfra.providers.base import LayerSpec, Provider
+from dlinfra.providers.options import Option
 from dlinfra.runtime.ansible import LOCAL_HOST, new_ident, run_playbook
+from dlinfra.runtime.runs_registry import RunClaim, claim
+from dlinfra.runtime.sweep_report import SweepReport
 
 #: Put first on PYTHONPATH for the playbooks: its sitecustomize works around openstack.cloud + openstacksdk 4.
 SDK_COMPAT = Path(__file__).resolve().parent / "ironic" / "sdk_compat"
@@ -60,6 +66,60 @@ def connect(cloud: str, clouds_yaml: str | None = None) -> Any:
     import openstack.connection
 
     return openstack.connection.Connection(config=region(cloud, clouds_yaml))
+
+
+class CloudProvider(Provider):
+    """A provider whose targets an OpenStack cloud makes: the run's label and its claim in the run registry, the
+    layer's options, and the cloud they name with a connection to it (:meth:`connect_cloud`)."""
+
+    def __init__(self, layer: str) -> None:
+        super().__init__(layer)
+        self.run_label = f"{self.name}-{std_secrets.token_hex(4)}"
+        self._claim: RunClaim | None = None
+        self._cloud = ""
+        self._clouds_yaml: str | None = None
+        self._conn: Any = None
+        self._options: dict[str, Any] = {}
+        self._artifacts: Path | None = None
+
+    def connect_cloud(self, spec: LayerSpec) -> Any:
+        """Take the layer's options and connect to the cloud they name (``cloud``, else ``$OS_CLOUD``): credentials
+        only from clouds.yaml, whose path (never its content) the run records, so that a sweep reaches it too."""
+        self._options = dict(spec.options)
+        self._artifacts = spec.artifacts_dir
+        self._cloud = layer_cloud(self.layer, self.name, spec.options)
+        self._clouds_yaml = os.environ.get("OS_CLIENT_CONFIG_FILE") or None
+        self._conn = connect(self._cloud, self._clouds_yaml)
+        return self._conn
+
+    def claim_run(self) -> RunClaim:
+        """This run's claim, taken the first time (before anything is made in the cloud), naming the cloud."""
+        self._claim = self._claim or claim(self.run_label, self.name, cloud=self._cloud, clouds_yaml=self._clouds_yaml)
+        return self._claim
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "run_label": self.run_label, "cloud": self._cloud}
+
+
+def recorded_clouds(
+    label: str, objects: list[dict[str, Any]], kind: str, what: str, report: SweepReport | None = None
+) -> Iterator[tuple[dict[str, Any], str, str | None]]:
+    """Run ``label``'s recorded entries of ``kind``, each with the cloud it names and that cloud's clouds.yaml;
+    those whose clouds.yaml is gone (a test's cloud, gone with its folder) are left out, and said in ``report``."""
+    for entry in objects:
+        if entry.get("kind") != kind or not entry.get("cloud"):
+            continue
+        cloud, clouds_yaml = str(entry["cloud"]), entry.get("clouds_yaml") or None
+        if clouds_yaml and not Path(clouds_yaml).is_file():
+            if report is not None:
+                report.skip(f"run {label}: {what} in cloud {cloud}: {clouds_yaml} is gone")
+            continue
+        yield entry, cloud, clouds_yaml
+
+
+def poll_interval(what: str) -> Option:
+    """The ``poll_interval`` option of a provider that polls the state of ``what`` (nodes, servers, containers)."""
+    return Option(f"time between {what} state reads", "number", 1.0, above=0, unit="seconds")
 
 
 @contextlib.contextmanager

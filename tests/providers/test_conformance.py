@@ -569,10 +569,6 @@ if os.environ.get("DLINFRA_NOVA_LIBVIRT_CONFORMANCE"):  # defined, and so collec
         own layer shipped in), both rows from that guest with one payload hash; afterwards Nova holds no server
         of the run and libvirtd no domain of it. One inventory host carries the two layers and stands for the
         cloud; the server is not named after it, so the provider reaches it at the address Nova reports."""
-        import sqlite3
-
-        from support import run_cli
-
         _need_nova_libvirt()
         from nova_support import libvirt_nova_services
 
@@ -589,17 +585,8 @@ if os.environ.get("DLINFRA_NOVA_LIBVIRT_CONFORMANCE"):  # defined, and so collec
             "  ctr-vm: {provider: docker, run_id: pcnova}\n"
             "workloads:\n  - name: sysbench-cpu\n    matrix: {mode: [single], time: [1]}\n"
         )
-        db = tmp_path / "r.db"
-        started = time.monotonic()
-        proc = run_cli("--db", str(db), "run", str(spec), "--campaign-id", "nova-ctr-vm", "--artifacts",
-                       str(tmp_path / "art"), timeout=2400)  # fmt: skip
-        took = time.monotonic() - started
-        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
-        assert "2 ok, 0 failed" in proc.stdout, proc.stdout[-3000:]
-        conn = sqlite3.connect(db)
-        conn.row_factory = sqlite3.Row
-        rows = {r["layer"]: dict(r) for r in conn.execute("SELECT * FROM runs WHERE campaign_id = 'nova-ctr-vm'")}
-        conn.close()
+        found, took = _one_campaign(spec, "nova-ctr-vm", 2, tmp_path, timeout=2400)
+        rows = {r["layer"]: r for r in found}
         assert set(rows) == {"vm", "ctr-vm"} and all(r["status"] == "ok" for r in rows.values()), rows
         assert len({r["payload_hash"] for r in rows.values()}) == 1  # the guest's venv and the image: same bytes
         vm = json.loads(rows["vm"]["record_json"])["provenance"]
@@ -622,9 +609,9 @@ if os.environ.get("DLINFRA_ZUN_STACK"):  # defined, and so collected, only besid
         host, a container Zun places there and Neutron wires, the cells entered through the host (a sysbench cell
         and a TensorFlow one), their records read from the container's own runs folder; afterwards Zun holds no
         container of the run and the compute host's engine neither container nor image of it."""
-        import sqlite3
+        from nova_support import zun_services
 
-        from support import run_cli
+        from dlinfra.testbed.openstack import COMPUTE_HOST
 
         _need_zun()
         inventory = _zun_inventory(testbed)
@@ -636,31 +623,39 @@ if os.environ.get("DLINFRA_ZUN_STACK"):  # defined, and so collected, only besid
             "workloads:\n  - name: sysbench-cpu\n    matrix: {mode: [single], time: [1]}\n"
             "  - name: mnist-dnn\n    matrix: {mode: [single], batch_size: [64], data: [synthetic]}\n"
         )
-        db = tmp_path / "r.db"
-        started = time.monotonic()
-        proc = run_cli("--db", str(db), "run", str(spec), "--campaign-id", "zun-ctr", "--artifacts",
-                       str(tmp_path / "art"), timeout=1800)  # fmt: skip
-        took = time.monotonic() - started
-        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
-        assert "2 ok, 0 failed" in proc.stdout, proc.stdout[-3000:]
-        conn = sqlite3.connect(db)
-        conn.row_factory = sqlite3.Row
-        rows = [dict(r) for r in conn.execute("SELECT * FROM runs WHERE campaign_id = 'zun-ctr'")]
-        conn.close()
+        rows, took = _one_campaign(spec, "zun-ctr", 2, tmp_path, timeout=1800)
         assert {r["workload"] for r in rows} == {"sysbench-cpu", "mnist-dnn"}
         assert all(r["status"] == "ok" and r["provider"] == "zun" and r["layer"] == "ctr" for r in rows), rows
         details = [json.loads(r["record_json"])["provenance"]["target_details"] for r in rows]
-        from dlinfra.testbed.openstack import COMPUTE_HOST
-
         assert {d["zun_host"] for d in details} == {COMPUTE_HOST} and len({d["zun_container"] for d in details}) == 1
-        from nova_support import zun_services
-
         stack = zun_services()
         reply = stack.connection().session.get(f"{stack.url('zun')}/v1/containers", headers={
             "OpenStack-API-Version": "container 1.40"}).json()  # fmt: skip
-        assert [c["name"] for c in reply["containers"] if "zun-ctr" in str(c.get("labels"))] == []
+        assert reply["containers"] == [], "Zun lists no container (this process's stack: only this run used it)"
         engine = ["docker", "--host", f"unix://{stack.docker_socket}"]
         left = subprocess.run([*engine, "ps", "-aq"], capture_output=True, text=True, check=True).stdout.split()
         images = subprocess.run([*engine, "images", "-q"], capture_output=True, text=True, check=True).stdout.split()
         assert (left, images) == ([], []), "the run's container and the image it loaded are gone"
         print(f"\nzun ctr campaign: {took:.1f} s, rows {[(r['workload'], r['elapsed_s']) for r in rows]}")
+
+
+def _one_campaign(spec: Path, campaign: str, cells: int, tmp_path: Path, timeout: float) -> tuple[list[dict], float]:
+    """``dlinfra run`` of ``spec`` as campaign ``campaign``: it must succeed with ``cells`` cells ok; its rows, and
+    how long it took."""
+    import sqlite3
+
+    from support import run_cli
+
+    db = tmp_path / "r.db"
+    started = time.monotonic()
+    proc = run_cli("--db", str(db), "run", str(spec), "--campaign-id", campaign, "--artifacts", str(tmp_path / "art"),
+                   timeout=timeout)  # fmt: skip
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    assert f"{cells} ok, 0 failed" in proc.stdout, proc.stdout[-3000:]
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM runs WHERE campaign_id = ?", (campaign,))], took
+    finally:
+        conn.close()

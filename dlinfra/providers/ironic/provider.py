@@ -26,7 +26,6 @@ them back to ``available`` and releases the claim. Credentials come only the Ope
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlinfra.errors import DlinfraError, SpecError, TargetError
 from dlinfra.inventory import InventoryHost
-from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.ironic.nodes import (
     NODE_KIND,
     SETTLE_TIMEOUT_S,
@@ -47,11 +46,10 @@ from dlinfra.providers.ironic.nodes import (
     undeploy,
     wait_for_state,
 )
-from dlinfra.providers.openstack_cloud import connect, layer_cloud
+from dlinfra.providers.openstack_cloud import CloudProvider, connect, poll_interval
 from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
 from dlinfra.runtime.progress import note
-from dlinfra.runtime.runs_registry import RunClaim, claim
 from dlinfra.runtime.wait import retry_until
 
 if TYPE_CHECKING:
@@ -61,7 +59,7 @@ if TYPE_CHECKING:
 INSTANCE_INFO_KEYS = ("image_source", "image_checksum", "image_disk_format")
 
 
-class IronicProvider(Provider):
+class IronicProvider(CloudProvider):
     """``bm`` targets: Ironic nodes deployed for the run, reached as the inventory hosts of the same name.
 
     Nodes cannot carry a run label through the ``openstack.cloud`` modules (they accept only
@@ -87,20 +85,13 @@ class IronicProvider(Provider):
                         "what they run), then power them on", "bool", False),
         "deploy_timeout": Option("how long a node may take to become active (undeploy waits at least 300 s)",
                                  "number", 1800, above=0, unit="seconds"),
-        "poll_interval": Option("time between node state reads", "number", 1.0, above=0, unit="seconds"),
+        "poll_interval": poll_interval("node"),
     }  # fmt: skip
 
     def __init__(self, layer: str) -> None:
         super().__init__(layer)
-        self.run_label = f"ironic-{secrets.token_hex(4)}"
-        self._claim: RunClaim | None = None
-        self._cloud: str | None = None
-        self._clouds_yaml: str | None = None
-        self._conn: Any = None
         self._picked: list[tuple[Any, InventoryHost]] = []
         self._recorded: dict[str, str] = {}  # node id -> name, for every node this run may have deployed
-        self._options: dict[str, Any] = {}
-        self._artifacts: Path | None = None
         self._drive_keys: dict[str, str] | None = None  # node id -> the SSH public key its config drive carries
         self._addresses: dict[str, str] = {}  # node id -> the address its network_data records (no host of its name)
         self._cloud_host: InventoryHost | None = None  # whose SSH settings reach the nodes at those addresses
@@ -141,17 +132,13 @@ class IronicProvider(Provider):
     # ------------------------------------------------------------------ up
     def create_dependencies(self, spec: LayerSpec) -> None:
         """Check the cloud, the nodes and their inventory hosts, then claim the run and record the nodes."""
-        self._options = dict(spec.options)
-        self._artifacts = spec.artifacts_dir
-        self._cloud = layer_cloud("bm", "ironic", spec.options)
-        self._clouds_yaml = os.environ.get("OS_CLIENT_CONFIG_FILE") or None
-        self._conn = connect(self._cloud, self._clouds_yaml)
+        self.connect_cloud(spec)
         nodes = self._resolve_nodes(spec.options)
         self._cloud_host = spec.hosts[0] if len(spec.hosts) == 1 else None
         self._picked = [(node, self._host_for(node, spec)) for node in nodes]
         deploys = spec.options.get("config_drive", True) and not spec.options.get("adopt")
         self._drive_keys = self._config_drive_keys(spec) if deploys else None
-        self._claim = self._claim or claim(self.run_label, "ironic", cloud=self._cloud, clouds_yaml=self._clouds_yaml)
+        self.claim_run()
         for node, _host in self._picked:
             self._claim.add(NODE_KIND, key=node.id, node=node.id, name=node.name, cloud=self._cloud,
                             clouds_yaml=self._clouds_yaml)  # fmt: skip
@@ -339,7 +326,7 @@ class IronicProvider(Provider):
             todo.append(entry)
         if todo:
             run_node_playbook(
-                "up.yml", self._cloud or "", todo, label=self.run_label, clouds_yaml=self._clouds_yaml,
+                "up.yml", self._cloud, todo, label=self.run_label, clouds_yaml=self._clouds_yaml,
                 artifacts_dir=self._artifacts,
             )  # fmt: skip
         wait_for_state(
@@ -368,10 +355,10 @@ class IronicProvider(Provider):
         if self._claim is None:
             return
         if self._recorded:
-            conn = self._conn or connect(self._cloud or "", self._clouds_yaml)
+            conn = self._conn or connect(self._cloud, self._clouds_yaml)
             undeploy(
                 conn,
-                self._cloud or "",
+                self._cloud,
                 self._clouds_yaml,
                 dict(self._recorded),
                 label=self.run_label,
@@ -442,6 +429,3 @@ class IronicProvider(Provider):
                 if node is not None and node.provision_state in TAKEN:
                     found.setdefault(label, []).append(obj)
         return found
-
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "run_label": self.run_label, "cloud": self._cloud}

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets as std_secrets
 import shutil
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +38,7 @@ from dlinfra import secrets
 from dlinfra.errors import SpecError, TargetError
 from dlinfra.images.disk import disk_format, file_sha256
 from dlinfra.inventory import InventoryHost
-from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.libvirt.config_drive import USER_KEY
 from dlinfra.providers.libvirt.provider import campaign_guest_image
 from dlinfra.providers.nova.cloud import (
@@ -55,10 +54,9 @@ from dlinfra.providers.nova.cloud import (
     run_servers,
 )
 from dlinfra.providers.nova.servers import host_keys_from_console, server_address, wait_active
-from dlinfra.providers.openstack_cloud import connect, layer_cloud
+from dlinfra.providers.openstack_cloud import CloudProvider, connect, poll_interval, recorded_clouds
 from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
-from dlinfra.runtime.runs_registry import RunClaim, claim
 from dlinfra.runtime.wait import retry_until
 from dlinfra.transport import SshTransport
 
@@ -89,7 +87,7 @@ def flavor_extra_specs(options: Mapping[str, Any]) -> dict[str, str]:
     return specs
 
 
-class NovaProvider(Provider):
+class NovaProvider(CloudProvider):
     """``vm`` targets: Nova servers booted for the run, from a flavor, keypair (and image) made for it.
 
     Nova's fake virt driver (the tests) gives no guest: a server is then reached as the inventory host
@@ -121,18 +119,11 @@ class NovaProvider(Provider):
         "user": Option("the login user on the guests", "str", "dlinfra", pattern=NON_EMPTY, shape="a user name"),
         "boot_timeout": Option("how long a server may take to become ACTIVE and answer SSH", "number", 600,
                                above=0, unit="seconds"),
-        "poll_interval": Option("time between server state reads", "number", 1.0, above=0, unit="seconds"),
+        "poll_interval": poll_interval("server"),
     }  # fmt: skip
 
     def __init__(self, layer: str) -> None:
         super().__init__(layer)
-        self.run_label = f"nova-{std_secrets.token_hex(4)}"
-        self._claim: RunClaim | None = None
-        self._cloud = ""
-        self._clouds_yaml: str | None = None
-        self._conn: Any = None
-        self._options: dict[str, Any] = {}
-        self._artifacts: Path | None = None
         self._hosts: dict[str, InventoryHost | None] = {}
         self._image: str = ""
         self._uploads: list[dict[str, Any]] = []
@@ -168,16 +159,11 @@ class NovaProvider(Provider):
 
     def create_dependencies(self, spec: LayerSpec) -> None:
         """Check the cloud, how each server is reached and the image; then claim the run and record it all."""
-        self._options = dict(spec.options)
-        self._artifacts = spec.artifacts_dir
-        self._cloud = layer_cloud("vm", "nova", spec.options)
-        self._clouds_yaml = os.environ.get("OS_CLIENT_CONFIG_FILE") or None
-        self._conn = connect(self._cloud, self._clouds_yaml)
+        self.connect_cloud(spec)
         self._hosts = {name: self._host_for(name, spec) for name in self._names}
         self._image = self._resolve_image(spec)
         flavor = keypair = f"dlinfra-{self.run_label}"
-        self._claim = self._claim or claim(self.run_label, "nova", cloud=self._cloud, clouds_yaml=self._clouds_yaml)
-        self._claim.add(RUN_KIND, key=self.run_label, cloud=self._cloud, clouds_yaml=self._clouds_yaml,
+        self.claim_run().add(RUN_KIND, key=self.run_label, cloud=self._cloud, clouds_yaml=self._clouds_yaml,
                         flavor=flavor, keypair=keypair, prefix=self._prefix)  # fmt: skip
         for upload in self._uploads:
             self._record_image(upload)
@@ -362,11 +348,7 @@ class NovaProvider(Provider):
     @classmethod
     def sweep(cls, label: str, objects: list[dict[str, Any]], report: SweepReport) -> None:
         """Delete what run ``label`` recorded and is still in its cloud: servers, flavor, keypair, images."""
-        for run in [o for o in objects if o.get("kind") == RUN_KIND and o.get("cloud")]:
-            cloud, clouds_yaml = str(run["cloud"]), run.get("clouds_yaml") or None
-            if clouds_yaml and not Path(clouds_yaml).is_file():  # e.g. a test's cloud, gone with its folder
-                report.skip(f"run {label}: nova objects in cloud {cloud}: {clouds_yaml} is gone")
-                continue
+        for run, cloud, clouds_yaml in recorded_clouds(label, objects, RUN_KIND, "nova objects", report):
             images = [
                 {"id": o.get("id"), "name": o["name"], "tag": o.get("tag")}
                 for o in objects
@@ -395,10 +377,8 @@ class NovaProvider(Provider):
         found: dict[str, list[dict[str, Any]]] = {}
         conns: dict[tuple[str, str | None], Any] = {}
         for label, objects in recorded_runs().items():
-            for run in [o for o in objects if o.get("kind") == RUN_KIND]:
-                place = (str(run.get("cloud") or ""), run.get("clouds_yaml") or None)
-                if place[1] and not Path(place[1]).is_file():
-                    continue
+            for run, cloud, clouds_yaml in recorded_clouds(label, objects, RUN_KIND, "nova objects"):
+                place = (cloud, clouds_yaml)
                 images = [o for o in objects if o.get("kind") == IMAGE_KIND and not o.get("keep")]
                 try:
                     if place not in conns:
@@ -410,9 +390,6 @@ class NovaProvider(Provider):
                 if any(left.values()):
                     found.setdefault(label, []).extend(objects)
         return found
-
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "run_label": self.run_label, "cloud": self._cloud}
 
 
 def _mark_emulation(target: Target) -> Target:

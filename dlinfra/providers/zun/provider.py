@@ -31,10 +31,7 @@ them, removes the image it loaded, and releases the claim; ``dlinfra sweep`` doe
 
 from __future__ import annotations
 
-import os
-import secrets as std_secrets
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 from dlinfra import secrets
@@ -42,7 +39,7 @@ from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.images.deps_archive import build_deps_archive
 from dlinfra.inventory import InventoryHost
 from dlinfra.payload.cpuset import parse_cpuset
-from dlinfra.providers.base import LayerSpec, Provider, Target
+from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.containers.engine import Engine
 from dlinfra.providers.containers.image import VENV, build_payload_image, save_image
 from dlinfra.providers.containers.playbook import PlayHost, run_up
@@ -54,11 +51,11 @@ from dlinfra.providers.containers.provider import (
     sweep_run,
 )
 from dlinfra.providers.containers.run import engine_where
-from dlinfra.providers.openstack_cloud import connect, layer_cloud
+from dlinfra.providers.openstack_cloud import CloudProvider, connect, poll_interval, recorded_clouds
 from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.providers.zun.api import LABEL_KEY, ZunApi
 from dlinfra.runtime.progress import phase
-from dlinfra.runtime.runs_registry import RunClaim, claim, recorded_objects
+from dlinfra.runtime.runs_registry import recorded_objects
 from dlinfra.runtime.sweep_report import SweepReport
 from dlinfra.transport import ContainerAccess
 
@@ -71,7 +68,7 @@ IMAGE_KIND = "zun-image"
 IMAGE_DRIVERS = ("docker", "glance")
 
 
-class ZunProvider(Provider):
+class ZunProvider(CloudProvider):
     """``ctr`` targets: one Zun container per compute host of the inventory, from dlinfra's payload image."""
 
     name = "zun"
@@ -93,18 +90,12 @@ class ZunProvider(Provider):
         "keep_image": Option("leave the payload image this run loaded on the compute hosts", "bool", False),
         "start_timeout": Option("how long a container may take to be Running", "number", 300, above=0,
                                 unit="seconds"),
-        "poll_interval": Option("time between container state reads", "number", 1.0, above=0, unit="seconds"),
+        "poll_interval": poll_interval("container"),
     }  # fmt: skip
 
     def __init__(self, layer: str) -> None:
         super().__init__(layer)
-        self.run_label = f"zun-{std_secrets.token_hex(4)}"
-        self._claim: RunClaim | None = None
-        self._cloud = ""
-        self._clouds_yaml: str | None = None
         self._api: ZunApi | None = None
-        self._options: dict[str, Any] = {}
-        self._artifacts: Path | None = None
         self._hosts: list[tuple[InventoryHost, Engine]] = []
         self._network_id = ""
         self._image = ""
@@ -114,11 +105,7 @@ class ZunProvider(Provider):
     # ------------------------------------------------------------------ up
     def create_dependencies(self, spec: LayerSpec) -> None:
         """The cloud, its Zun and network, the compute hosts and their engines; then the claim and the image."""
-        self._options = dict(spec.options)
-        self._artifacts = spec.artifacts_dir
-        self._cloud = layer_cloud(self.layer, self.name, spec.options)
-        self._clouds_yaml = os.environ.get("OS_CLIENT_CONFIG_FILE") or None
-        conn = connect(self._cloud, self._clouds_yaml)
+        conn = self.connect_cloud(spec)
         self._api = ZunApi(conn, self._cloud)
         if self._options.get("network"):
             network = conn.network.find_network(str(self._options["network"]), ignore_missing=True)
@@ -132,8 +119,7 @@ class ZunProvider(Provider):
                 f"inventory {spec.inventory} has no compute host that carries layer {self.layer}",
                 "list the cloud's compute hosts you reach over SSH, with dlinfra_layers: [ctr]",
             )
-        self._claim = self._claim or claim(self.run_label, RUN_KIND, cloud=self._cloud, clouds_yaml=self._clouds_yaml)
-        self._claim.add(RUN_KIND, key=self.run_label, cloud=self._cloud, clouds_yaml=self._clouds_yaml)
+        self.claim_run().add(RUN_KIND, key=self.run_label, cloud=self._cloud, clouds_yaml=self._clouds_yaml)
         for host in hosts:
             socket = host.vars.get("dlinfra_docker_socket")
             engine = Engine("docker", host=host.name, socket=str(socket) if socket else None, via=ssh_via(host))
@@ -271,11 +257,7 @@ class ZunProvider(Provider):
     @classmethod
     def sweep(cls, label: str, objects: list[dict[str, Any]], report: SweepReport) -> None:
         """Delete run ``label``'s containers in the cloud it recorded, then the images it loaded on the hosts."""
-        for run in [o for o in objects if o.get("kind") == RUN_KIND and o.get("cloud")]:
-            cloud, clouds_yaml = str(run["cloud"]), run.get("clouds_yaml") or None
-            if clouds_yaml and not Path(clouds_yaml).is_file():
-                report.skip(f"run {label}: zun containers in cloud {cloud}: {clouds_yaml} is gone")
-                continue
+        for _run, cloud, clouds_yaml in recorded_clouds(label, objects, RUN_KIND, "zun containers", report):
             try:
                 api = ZunApi(connect(cloud, clouds_yaml), cloud)
                 left = api.of_run(label)
@@ -292,20 +274,14 @@ class ZunProvider(Provider):
         """Recorded zun runs whose containers are still in their cloud (only a recorded run says which cloud)."""
         found: dict[str, list[dict[str, Any]]] = {}
         for label, objects in recorded_objects({RUN_KIND, ENGINE_KIND, IMAGE_KIND}).items():
-            for run in [o for o in objects if o.get("kind") == RUN_KIND]:
-                clouds_yaml = run.get("clouds_yaml") or None
-                if clouds_yaml and not Path(clouds_yaml).is_file():
-                    continue
+            for _run, cloud, clouds_yaml in recorded_clouds(label, objects, RUN_KIND, "zun containers"):
                 try:
-                    left = ZunApi(connect(str(run.get("cloud")), clouds_yaml), str(run.get("cloud"))).of_run(label)
+                    left = ZunApi(connect(cloud, clouds_yaml), cloud).of_run(label)
                 except Exception:  # noqa: BLE001, S112 - a cloud that does not answer has nothing to find
                     continue
                 if left:
                     found.setdefault(label, []).extend(objects)
         return found
-
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "run_label": self.run_label, "cloud": self._cloud}
 
 
 def _settled(record: dict[str, Any] | None) -> bool:
