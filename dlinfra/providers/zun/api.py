@@ -23,6 +23,11 @@ LABEL_KEY = "dlinfra.run"
 SETTLED = ("Running", "Stopped", "Error")
 
 
+def settled(record: dict[str, Any] | None) -> bool:
+    """Whether a container is gone (None) or rests in one of :data:`SETTLED`."""
+    return record is None or record.get("status") in SETTLED
+
+
 class ZunApi:
     """One cloud's Zun endpoint."""
 
@@ -38,10 +43,9 @@ class ZunApi:
             ) from None
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        reply = self.conn.session.request(
+        return self.conn.session.request(
             f"{self.endpoint}{path}", method, headers=API_VERSION, raise_exc=False, **kwargs
         )
-        return reply
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
         """Create and start a container (``run=true``); Zun answers 202 and places it in the background."""

@@ -53,7 +53,7 @@ from dlinfra.providers.containers.provider import (
 from dlinfra.providers.containers.run import engine_where
 from dlinfra.providers.openstack_cloud import CloudProvider, connect, poll_interval, recorded_clouds
 from dlinfra.providers.options import NON_EMPTY, Option
-from dlinfra.providers.zun.api import LABEL_KEY, ZunApi
+from dlinfra.providers.zun.api import LABEL_KEY, ZunApi, settled
 from dlinfra.runtime.progress import phase
 from dlinfra.runtime.runs_registry import recorded_objects
 from dlinfra.runtime.sweep_report import SweepReport
@@ -174,7 +174,7 @@ class ZunProvider(CloudProvider):
             zun_host = str(host.vars.get("dlinfra_zun_host") or host.name)
             made = self._api.create({**body, "name": name, "host": zun_host, "labels": labels})
             self._uuids[name] = str(made["uuid"])
-        records = self._api.wait(list(self._uuids.values()), _settled, "Running", float(opts.get("start_timeout", 300)),
+        records = self._api.wait(list(self._uuids.values()), settled, "Running", float(opts.get("start_timeout", 300)),
                                  float(opts.get("poll_interval", 1.0)))  # fmt: skip
         return [self._target(host, engine, records[self._uuids[f"dlinfra-{self.run_label}-{host.name}"]])
                 for host, engine in self._hosts]  # fmt: skip
@@ -282,10 +282,6 @@ class ZunProvider(CloudProvider):
                 if left:
                     found.setdefault(label, []).extend(objects)
         return found
-
-
-def _settled(record: dict[str, Any] | None) -> bool:
-    return record is None or record.get("status") in ("Running", "Stopped", "Error")
 
 
 def _address(record: dict[str, Any], network_id: str) -> str | None:
