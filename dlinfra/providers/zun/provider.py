@@ -100,7 +100,7 @@ class ZunProvider(CloudProvider):
         self._network_id = ""
         self._image = ""
         self._loaded: list[tuple[InventoryHost, Engine]] = []
-        self._uuids: dict[str, str] = {}
+        self._uuids: dict[str, str] = {}  # inventory host -> its container's Zun UUID
 
     # ------------------------------------------------------------------ up
     def create_dependencies(self, spec: LayerSpec) -> None:
@@ -167,17 +167,15 @@ class ZunProvider(CloudProvider):
         if self._network_id:
             body["nets"] = [{"network": self._network_id}]
         for host, _engine in self._hosts:
-            name = f"dlinfra-{self.run_label}-{host.name}"
-            if name in self._uuids:
+            if host.name in self._uuids:
                 continue
             labels = {LABEL_KEY: self.run_label, "dlinfra.layer": self.layer, "dlinfra.host": host.name}
-            zun_host = str(host.vars.get("dlinfra_zun_host") or host.name)
-            made = self._api.create({**body, "name": name, "host": zun_host, "labels": labels})
-            self._uuids[name] = str(made["uuid"])
+            name = f"dlinfra-{self.run_label}-{host.name}"
+            made = self._api.create({**body, "name": name, "host": _zun_host(host), "labels": labels})
+            self._uuids[host.name] = str(made["uuid"])
         records = self._api.wait(list(self._uuids.values()), settled, "Running", float(opts.get("start_timeout", 300)),
                                  float(opts.get("poll_interval", 1.0)))  # fmt: skip
-        return [self._target(host, engine, records[self._uuids[f"dlinfra-{self.run_label}-{host.name}"]])
-                for host, engine in self._hosts]  # fmt: skip
+        return [self._target(host, engine, records[self._uuids[host.name]]) for host, engine in self._hosts]
 
     def _target(self, host: InventoryHost, engine: Engine, record: dict[str, Any] | None) -> Target:
         """The target of one Running container, or one error with Zun's reason."""
@@ -189,7 +187,7 @@ class ZunProvider(CloudProvider):
                 f"{secrets.redact(str(record.get('status_reason') or 'no reason given'))}",
                 "see zun-compute's log on that host (an image Zun cannot get, no host with enough CPU or memory)",
             )
-        zun_host = str(host.vars.get("dlinfra_zun_host") or host.name)
+        zun_host = _zun_host(host)
         if record.get("host") != zun_host:
             raise TargetError(f"zun: container {name} was placed on {record.get('host')}, not on {zun_host}",
                               f"set dlinfra_zun_host of inventory host {host.name} to the name Zun lists")  # fmt: skip
@@ -282,6 +280,11 @@ class ZunProvider(CloudProvider):
                 if left:
                     found.setdefault(label, []).extend(objects)
         return found
+
+
+def _zun_host(host: InventoryHost) -> str:
+    """The name Zun gives an inventory's compute host: ``dlinfra_zun_host``, else the inventory name."""
+    return str(host.vars.get("dlinfra_zun_host") or host.name)
 
 
 def _address(record: dict[str, Any], network_id: str) -> str | None:
