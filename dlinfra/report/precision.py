@@ -2,9 +2,11 @@
 
 The half-width is the smallest effect the repeats could tell from noise: a layer whose overhead interval is
 +-2% cannot show a 1% overhead. A cell with a baseline run of the same config is judged by its overhead's
-interval (percentage points); a baseline cell, or one without a baseline, by its mean's interval relative to
-the mean. ``repeats: {min, max, ci_pct}`` stops a campaign once every half-width is at most ``ci_pct``
-(:mod:`dlinfra.orchestration.campaign`); the report shows the same figure per row (``detectable_pct``).
+interval (percentage points); a ``scenario: shared`` cell also by its degradation's interval against the same
+cell alone (seed 002's question: how much a neighbour costs); a baseline cell, or one without either, by its
+mean's interval relative to the mean. ``repeats: {min, max, ci_pct}`` stops a campaign once every
+half-width is at most ``ci_pct`` (:mod:`dlinfra.orchestration.campaign`); the report shows the same figure per
+row (``detectable_pct``, in the overhead and shared views).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from dlinfra.report import stats
-from dlinfra.report.frame import METRICS, Metric, leave_out_contaminated, load_runs, run_values
+from dlinfra.report.frame import METRICS, Metric, alone_key, leave_out_contaminated, load_runs, run_values
 from dlinfra.results.store import ResultsStore
 
 
@@ -29,10 +31,13 @@ class Precision:
     half_width_pct: float
     #: Whether it is an overhead against the baseline (else the interval of a mean).
     compared: bool = False
+    #: What it is compared with: the baseline layer, or ``alone`` (a shared cell's degradation); '' for a mean.
+    against: str = ""
 
     def __str__(self) -> str:
         width = "no interval yet" if math.isnan(self.half_width_pct) else f"+-{self.half_width_pct:.1f}%"
-        return f"{self.workload} {self.config} {self.layer}: {width} over {self.runs} run(s)"
+        versus = f" against {self.against}" if self.against else ""
+        return f"{self.workload} {self.config} {self.layer}{versus}: {width} over {self.runs} run(s)"
 
 
 def half_width(baseline: pd.Series | None, mine: pd.Series, metric: Metric) -> float:
@@ -52,10 +57,28 @@ def precision(values: pd.DataFrame, baseline: str, metric: Metric) -> list[Preci
     for (workload, config), group in good.groupby(["workload", "config_label"], sort=True):
         base = group.loc[group["layer"] == baseline, "value"]
         for layer, mine in group.groupby("layer", sort=True):
-            against = base if layer != baseline and len(base) else None
-            width = half_width(against, mine["value"], metric)
-            out.append(Precision(workload, config, str(layer), len(mine), width, against is not None))
+            compared = layer != baseline and len(base) > 0
+            width = half_width(base if compared else None, mine["value"], metric)
+            out.append(
+                Precision(workload, config, str(layer), len(mine), width, compared, baseline if compared else "")
+            )
+            alone = _alone_twin(good, mine)
+            if alone is not None:  # no alone run yet: no interval yet, so a campaign sized by the noise goes on
+                width = half_width(alone, mine["value"], metric) if len(alone) else math.nan
+                out.append(Precision(workload, config, str(layer), len(mine), width, True, "alone"))
     return out
+
+
+def _alone_twin(good: pd.DataFrame, mine: pd.DataFrame) -> pd.Series | None:
+    """The values of the ``alone`` cell that ``mine`` (one layer's runs of a ``scenario: shared`` cell) is the
+    shared twin of; None when ``mine`` is not a shared cell."""
+    config = mine["config"].iloc[0]
+    if not isinstance(config, dict) or config.get("scenario") != "shared":
+        return None
+    key = alone_key(config)
+    twin = [isinstance(c, dict) and c.get("scenario") == "alone" and alone_key(c) == key for c in good["config"]]
+    same = good[twin]
+    return same.loc[(same["workload"] == mine["workload"].iloc[0]) & (same["layer"] == mine["layer"].iloc[0]), "value"]
 
 
 def campaign_precision(store: ResultsStore, campaign_id: str, baseline: str = "bm") -> list[Precision]:

@@ -138,9 +138,11 @@ def test_a_cpu_hog_on_the_same_host_is_reported_slower_and_is_gone_after(deploye
     spec = tmp_path / "shared.yml"
     # cifar10-cnn's convolutions use every CPU of the host: the job next to it takes some of them. (A workload
     # bound to one thread, such as mnist-dnn, hardly notices: each SSH session is its own scheduler autogroup,
-    # and a second group gets the otherwise idle CPU.)
+    # and a second group gets the otherwise idle CPU.) Repeats are sized by the noise, as a user on a busy
+    # machine would: three runs of a few seconds each could not always tell a 45% degradation from noise here.
     spec.write_text(
-        f"name: shared-it\ninventory: testbed:{TESTBED}\nlayers: [bm]\nrepeats: 3\nwarmup_steps: 3\nsteps: 40\n"
+        f"name: shared-it\ninventory: testbed:{TESTBED}\nlayers: [bm]\nwarmup_steps: 3\nsteps: 60\n"
+        f"repeats: {{min: 3, max: {MAX_REPEATS}, ci_pct: {CI_PCT}}}\n"
         "cell_timeout: 240\nbackground: {workload: sysbench-cpu, threads: 4}\n"
         f"workloads:\n  - {{name: cifar10-cnn, hosts: [{host.name}], matrix: {{scenario: [alone, shared], "
         "batch_size: [64]}}\n"
@@ -154,19 +156,47 @@ def test_a_cpu_hog_on_the_same_host_is_reported_slower_and_is_gone_after(deploye
     took = time.monotonic() - started
     with open_store(str(db)) as store:
         cells = store.cells("shared-it")
+    ran = 1 + max(c["repeat"] for c in cells)
     failed = [c for c in cells if c["status"] != "ok"]
-    assert len(cells) == 9 and len(failed) == 3, [(c["config"], c["failure_reason"]) for c in cells]
+    assert 3 <= ran <= MAX_REPEATS and len(cells) == 3 * ran and len(failed) == ran, [
+        (c["config"], c["failure_reason"]) for c in cells
+    ]
     assert all(c["config"]["data"] == "/no/such/cifar" and "cifar" in c["failure_reason"] for c in failed)
     assert not _background_processes("shared-it")
     assert not list((Path(host.home) / "runs" / "shared-it").glob("*.background"))
+    # The campaign says why it stopped repeating: the degradation's interval is what it judged.
+    flat = " ".join(proc.stdout.split())  # the console wraps long lines
+    stopping = flat[flat.index("repeats: ") :]
+    assert "against alone" in stopping, proc.stdout
     report = run_cli("--db", str(db), "report", "--campaign", "shared-it", "--format", "json")
     assert report.returncode == 0, report.stderr
     view = json.loads(report.stdout)["views"]["shared"]
     (row,) = [dict(zip(view["columns"], values, strict=True)) for values in view["rows"]]
+    runs = _throughputs(db)
     assert row["layer"] == "bm" and row["background"] == "threads=4 workload=sysbench-cpu"
-    assert row["runs_alone"] == row["runs_shared"] == 3
-    assert row["ci_low_pct"] > 0 and row["verdict"] == "slower", row
-    print(f"shared-resource campaign: {took:.0f} s; degradation {row['degradation_pct']:.1f}% {row}")
+    assert row["runs_alone"] == row["runs_shared"] == ran, (row, runs)
+    if ran < MAX_REPEATS:
+        assert f"stopped after {ran} repeats" in stopping and row["detectable_pct"] <= CI_PCT, (stopping, row)
+    assert row["ci_low_pct"] > 0 and row["verdict"] == "slower", (row, runs, stopping)
+    print(f"shared-resource campaign: {took:.0f} s, {ran} repeats; degradation {row['degradation_pct']:.1f}% {row}")
+
+
+#: The noise-sized repeats of the campaign above: at most this many, until the degradation is known to +-CI_PCT.
+MAX_REPEATS, CI_PCT = 6, 15
+
+
+def _throughputs(db: Path) -> list[tuple[str, int, float | None, float | None]]:
+    """Each run's scenario, repeat, examples/s and foreign share: what a failed assertion shows."""
+    with open_store(str(db)) as store:
+        return [
+            (
+                r["record"]["provenance"]["cell_config"].get("scenario"),
+                r["repeat"],
+                r["examples_per_sec"],
+                r["foreign_share"],
+            )
+            for r in store.runs("shared-it")
+        ]
 
 
 class _LocalTransport(Transport):

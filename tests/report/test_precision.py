@@ -42,3 +42,26 @@ def test_more_repeats_of_the_same_noise_narrow_the_interval(store, campaign):
     few = {p.layer: p.half_width_pct for p in campaign_precision(store, "few")}
     many = {p.layer: p.half_width_pct for p in campaign_precision(store, "many")}
     assert many["ctr"] < few["ctr"] / 2
+
+
+def test_a_shared_cell_is_as_precise_as_its_degradation_against_the_same_cell_alone(store, campaign):
+    c = campaign("s1")
+    alone, shared = draws(1000, 2, 4, seed=5), draws(550, 10, 3, seed=6)
+    c.add("bm", alone, extra={"scenario": "alone"})
+    c.add("bm", shared, extra={"scenario": "shared", "background": {"workload": "sysbench-cpu", "threads": 4}})
+    found = campaign_precision(store, "s1")
+    # What a campaign sized by the noise judges: the degradation's interval, not the shared cell's own mean.
+    (judged,) = [p for p in found if p.compared]
+    assert (judged.layer, judged.runs, judged.against) == ("bm", 3, "alone")
+    _, low, high = stats.overhead_ci(np.array(alone), np.array(shared), True)
+    assert judged.half_width_pct == pytest.approx((high - low) / 2)
+    assert "against alone" in str(judged)
+    (row,) = build_report(store, "s1").views["shared"].to_dict("records")
+    assert row["detectable_pct"] == pytest.approx(judged.half_width_pct)
+
+
+def test_a_shared_cell_without_its_alone_runs_has_no_interval_yet(store, campaign):
+    c = campaign("s2")
+    c.add("bm", draws(550, 10, 3, seed=6), extra={"scenario": "shared", "background": {"workload": "sysbench-cpu"}})
+    (judged,) = [p for p in campaign_precision(store, "s2") if p.compared]
+    assert judged.against == "alone" and math.isnan(judged.half_width_pct)  # a campaign sized by it goes on
