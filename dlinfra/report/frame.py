@@ -83,15 +83,6 @@ def config_label(config: dict[str, Any], drop: tuple[str, ...] = ()) -> str:
     )
 
 
-#: Cell-config keys of the shared-resource scenario: the same cell alone and shared differs only in them.
-SCENARIO_KEYS = ("scenario", "background")
-
-
-def alone_key(config: dict[str, Any]) -> str:
-    """The label a ``scenario: shared`` cell and its ``alone`` twin have in common."""
-    return config_label(config, drop=SCENARIO_KEYS)
-
-
 def _first_int(config: dict[str, Any], keys: tuple[str, ...]) -> int | None:
     for key in keys:
         value = config.get(key)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from dlinfra.report import stats
-from dlinfra.report.frame import METRICS, Metric, alone_key, leave_out_contaminated, load_runs, run_values
+from dlinfra.report.frame import METRICS, Metric, leave_out_contaminated, load_runs, run_values
+from dlinfra.report.views import shared_view
 from dlinfra.results.store import ResultsStore
 
 
@@ -51,7 +52,8 @@ def half_width(baseline: pd.Series | None, mine: pd.Series, metric: Metric) -> f
 
 
 def precision(values: pd.DataFrame, baseline: str, metric: Metric) -> list[Precision]:
-    """Every workload x config x layer of ``values`` (:func:`~dlinfra.report.frame.run_values`) with its width."""
+    """Every workload x config x layer of ``values`` (:func:`~dlinfra.report.frame.run_values`) with its width,
+    and every ``scenario: shared`` cell's degradation with the width the report's shared view shows."""
     good = values[values["ok"] & values["value"].notna()] if not values.empty else values
     out = []
     for (workload, config), group in good.groupby(["workload", "config_label"], sort=True):
@@ -62,23 +64,11 @@ def precision(values: pd.DataFrame, baseline: str, metric: Metric) -> list[Preci
             out.append(
                 Precision(workload, config, str(layer), len(mine), width, compared, baseline if compared else "")
             )
-            alone = _alone_twin(good, mine)
-            if alone is not None:  # no alone run yet: no interval yet, so a campaign sized by the noise goes on
-                width = half_width(alone, mine["value"], metric) if len(alone) else math.nan
-                out.append(Precision(workload, config, str(layer), len(mine), width, True, "alone"))
+    if not good.empty:  # a shared cell without alone runs has no interval yet: a campaign sized by it goes on
+        for row in shared_view(good, metric, seed=0).itertuples():
+            label = f"{row.config} background={row.background}"
+            out.append(Precision(row.workload, label, row.layer, row.runs_shared, row.detectable_pct, True, "alone"))
     return out
-
-
-def _alone_twin(good: pd.DataFrame, mine: pd.DataFrame) -> pd.Series | None:
-    """The values of the ``alone`` cell that ``mine`` (one layer's runs of a ``scenario: shared`` cell) is the
-    shared twin of; None when ``mine`` is not a shared cell."""
-    config = mine["config"].iloc[0]
-    if not isinstance(config, dict) or config.get("scenario") != "shared":
-        return None
-    key = alone_key(config)
-    twin = [isinstance(c, dict) and c.get("scenario") == "alone" and alone_key(c) == key for c in good["config"]]
-    same = good[twin]
-    return same.loc[(same["workload"] == mine["workload"].iloc[0]) & (same["layer"] == mine["layer"].iloc[0]), "value"]
 
 
 def campaign_precision(store: ResultsStore, campaign_id: str, baseline: str = "bm") -> list[Precision]:

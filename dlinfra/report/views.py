@@ -25,7 +25,7 @@ import pandas as pd
 
 from dlinfra.layers import LAYERS
 from dlinfra.report import stats
-from dlinfra.report.frame import PS_KEYS, WORKER_KEYS, Metric, alone_key, config_label
+from dlinfra.report.frame import PS_KEYS, WORKER_KEYS, Metric, config_label
 from dlinfra.report.warnings import CODES, ReportWarning, refusal_reasons
 
 #: A config label of cells that read a JPEG data set dlinfra generated (``data: generated:NAME`` of kind jpeg;
@@ -264,6 +264,10 @@ def ps_view(values: pd.DataFrame, metric: Metric, seed: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+#: Cell-config keys of the shared-resource scenario: the same cell alone and shared differs only in them.
+SCENARIO_KEYS = ("scenario", "background")
+
+
 def shared_view(values: pd.DataFrame, metric: Metric, seed: int) -> pd.DataFrame:
     """Per workload x config x layer: the cell next to a background job against the same cell alone
     (degradation > 0: worse when shared), with the CI of :func:`stats.overhead_ci`."""
@@ -286,7 +290,7 @@ def shared_view(values: pd.DataFrame, metric: Metric, seed: int) -> pd.DataFrame
     good = good[[isinstance(c, dict) and c.get("scenario") in ("alone", "shared") for c in good["config"]]]
     if good.empty:
         return pd.DataFrame(columns=columns)
-    good["alone_key"] = [alone_key(c) for c in good["config"]]
+    good["alone_key"] = [config_label(c, drop=SCENARIO_KEYS) for c in good["config"]]
     good["scenario"] = [c["scenario"] for c in good["config"]]
     good["background"] = [config_label(c.get("background") or {}) for c in good["config"]]
     rows = []

@@ -28,7 +28,8 @@ from dlinfra.orchestration.cells import Cell
 from dlinfra.orchestration.plan import preflight
 from dlinfra.orchestration.spec import load_spec
 from dlinfra.report import seeds
-from dlinfra.report.frame import PS_KEYS, SCENARIO_KEYS, WORKER_KEYS, config_label, report_config
+from dlinfra.report.frame import PS_KEYS, WORKER_KEYS, config_label, report_config
+from dlinfra.report.views import SCENARIO_KEYS
 
 SEEDS = ("000", "001", "002", "003", "004")
 EXAMPLE_INVENTORY = REPO / "inventory" / "local-testbed.example.yml"

@@ -130,6 +130,10 @@ def _background_processes(campaign_id: str) -> list[str]:
     return found
 
 
+#: The noise-sized repeats of the CPU-hog campaign: at most this many, until the degradation is known to +-CI_PCT.
+MAX_REPEATS, CI_PCT = 6, 15
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.alone
@@ -166,6 +170,7 @@ def test_a_cpu_hog_on_the_same_host_is_reported_slower_and_is_gone_after(deploye
     assert not list((Path(host.home) / "runs" / "shared-it").glob("*.background"))
     # The campaign says why it stopped repeating: the degradation's interval is what it judged.
     flat = " ".join(proc.stdout.split())  # the console wraps long lines
+    assert "repeats: " in flat, proc.stdout
     stopping = flat[flat.index("repeats: ") :]
     assert "against alone" in stopping, proc.stdout
     report = run_cli("--db", str(db), "report", "--campaign", "shared-it", "--format", "json")
@@ -179,10 +184,6 @@ def test_a_cpu_hog_on_the_same_host_is_reported_slower_and_is_gone_after(deploye
         assert f"stopped after {ran} repeats" in stopping and row["detectable_pct"] <= CI_PCT, (stopping, row)
     assert row["ci_low_pct"] > 0 and row["verdict"] == "slower", (row, runs, stopping)
     print(f"shared-resource campaign: {took:.0f} s, {ran} repeats; degradation {row['degradation_pct']:.1f}% {row}")
-
-
-#: The noise-sized repeats of the campaign above: at most this many, until the degradation is known to +-CI_PCT.
-MAX_REPEATS, CI_PCT = 6, 15
 
 
 def _throughputs(db: Path) -> list[tuple[str, int, float | None, float | None]]:
