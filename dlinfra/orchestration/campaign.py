@@ -522,7 +522,9 @@ class LayerDeploys:
                     sysbench=any(cell.runs_sysbench for cell, _ in todo),
                 )
                 self.changed += deployed.changed
-                say(f"  {layer}: payload {deployed.payload_hash[:12]} on every target (changed={deployed.changed})")
+                kept = f"; {len(deployed.current)} had it already: no playbook" if deployed.current else ""
+                changed = f"changed={deployed.changed}{kept}"
+                say(f"  {layer}: payload {deployed.payload_hash[:12]} on every target ({changed})")
         wanted = datasets.needs((cell for cell, _ in todo), self.built)
         readers = [t for t in targets if wanted.get(t.name)]
         if not readers:

@@ -12,7 +12,6 @@ through ``up``. Both are idempotent. Needs root (netns, bridge, iptables).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import ipaddress
 import json
@@ -25,7 +24,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +34,7 @@ import yaml
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.payload.affinity import usable_cpus
 from dlinfra.payload.cpuset import format_cpuset
+from dlinfra.runtime.runs_registry import machine_lock
 from dlinfra.runtime.wait import WaitTimedOut, wait_for
 from dlinfra.safe_yaml import read_text
 from dlinfra.testbed import dockerd
@@ -284,17 +283,15 @@ class LocalTestbed:
                 f"run 'dlinfra testbed down --name {self.name}' first",
             )
         self.dir.mkdir(parents=True, exist_ok=True)
-        if st is None:
-            with _subnet_choice():  # two testbeds coming up at once must not pick the same free /24
+        with _subnet_choice() if st is None else contextlib.nullcontext():
+            if st is None:
                 st = self._new_state(hosts, subnet)
+            st.save()
+            try:
+                self._bring_up(st)
+            except BaseException:
                 st.save()
-        else:
-            st.save()
-        try:
-            self._bring_up(st)
-        except BaseException:
-            st.save()
-            raise
+                raise
         st.save()
         self._write_inventory(st, inventory_out)
         return st
@@ -746,14 +743,13 @@ def render_inventory(st: TestbedState) -> str:
     return header + yaml.safe_dump(inventory, sort_keys=False)
 
 
-@contextlib.contextmanager
-def _subnet_choice() -> Iterator[None]:
-    """Hold the machine's lock on choosing a testbed subnet until the new testbed's state file names its own."""
-    root = state_root() / "testbed"
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / ".subnet.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+def _subnet_choice() -> contextlib.AbstractContextManager[None]:
+    """Hold the machine's lock on choosing a testbed subnet until the new testbed's bridge holds its address.
+
+    Why the machine's lock (not one in the state folder) and until the bridge is up: a testbed under another
+    ``DLINFRA_STATE`` has its state file elsewhere, so only the machine's addresses show its subnet; two testbeds
+    of two state folders coming up at once picked the same /24, and one host's SSH met the other's host key."""
+    return machine_lock("testbed-subnet")
 
 
 def all_testbeds() -> list[TestbedState]:

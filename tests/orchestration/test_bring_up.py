@@ -211,7 +211,7 @@ def test_a_deployed_layer_opens_its_links_before_its_first_cell(
     def fake_deploy(targets: list[Target], **_: object) -> object:
         if targets[0].layer == "ctr":
             raise RuntimeError("ctr's deploy failed")
-        return type("Deployed", (), {"changed": 0, "payload_hash": "0" * 64})()
+        return type("Deployed", (), {"changed": 0, "payload_hash": "0" * 64, "current": []})()
 
     monkeypatch.setattr(campaign, "deploy", fake_deploy)
     monkeypatch.setattr(campaign, "gather_facts", lambda layer, targets, artifacts: {})  # no host to reach

@@ -73,12 +73,33 @@ def test_the_dependencies_archive_leaves_out_only_what_no_run_reads(deployed) ->
 
 
 def test_redeploy_changes_nothing(deployed, tmp_path: Path) -> None:
-    from dlinfra.orchestration.deploy import deploy
+    """The role is idempotent (its playbook, forced, changes nothing); and a deploy to hosts that already run
+    this payload runs no playbook at all, unless one of them lacks it."""
+    from dlinfra.orchestration.deploy import INSTALLED_MARKER, deploy
 
-    again = deploy(deployed.targets, artifacts_dir=tmp_path, quiet=True)
+    again = deploy(deployed.targets, artifacts_dir=tmp_path, quiet=True, skip_current=False)
     assert again.changed == 0, {h: s.changed for h, s in again.playbook.hosts.items()}
     assert all(s.success and s.changed == 0 for s in again.playbook.hosts.values())
     assert again.payload_hash == deployed.result.payload_hash
+
+    names = sorted(t.name for t in deployed.targets)
+    skipped = deploy(deployed.targets, artifacts_dir=tmp_path / "skipped", quiet=True)
+    assert skipped.playbook is None and skipped.current == names and skipped.changed == 0
+    assert set(skipped.identities) == set(names)
+    assert {ident["payload_hash"] for ident in skipped.identities.values()} == {deployed.result.payload_hash}
+
+    first = deployed.targets[0]  # a host whose marker says another lock: the playbook runs there, and only there
+    marker = Path(first.home) / INSTALLED_MARKER
+    kept = marker.read_text()
+    marker.write_text("0" * 64 + "\n")
+    try:
+        mended = deploy(deployed.targets, artifacts_dir=tmp_path / "mended", quiet=True, compile_bytecode=False)
+    finally:
+        if marker.read_text() != kept:  # the role rewrites it; put it back if it did not
+            marker.write_text(kept)
+    assert mended.playbook is not None and list(mended.playbook.hosts) == [first.name]
+    assert set(mended.current) == set(names) - {first.name}
+    assert marker.read_text() == kept
 
 
 def test_demo_campaign_rows_name_the_real_host(deployed, tmp_path: Path) -> None:

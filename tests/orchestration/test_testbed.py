@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -80,3 +81,45 @@ def test_hosts_have_own_hostname_address_and_checked_keys(bed) -> None:
     )  # fmt: skip
     empty.unlink()
     assert out.returncode != 0 and "verification failed" in out.stderr
+
+
+def test_two_testbeds_of_two_state_folders_coming_up_at_once_take_two_subnets(bed) -> None:
+    """Each state folder (``DLINFRA_STATE``) lists only its own testbeds: the pick of a free /24 must still see
+    the other's, or two hosts answer at one address (as two test modules' testbeds once did: one host's SSH met
+    the other's host key)."""
+    import secrets
+    import shutil
+    import sys
+
+    from support import REPO
+
+    roots = [Path.home() / ".local" / "state" / f"dlinfra-twin-{secrets.token_hex(3)}" for _ in range(2)]
+    names = [f"dlit-twin{i}" for i in range(2)]
+    envs = [{**os.environ, "DLINFRA_STATE": str(root)} for root in roots]
+    try:
+        up_argv = [sys.executable, "-m", "dlinfra", "testbed", "up", "--local", "--hosts", "1", "--name"]
+        ups = [
+            subprocess.Popen(
+                [*up_argv, name], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for name, env in zip(names, envs, strict=True)
+        ]
+        for up in ups:
+            _, err = up.communicate(timeout=120)
+            assert up.returncode == 0, err
+        states = [
+            json.loads(run_cli("testbed", "status", "--name", name, "--json", env=env).stdout)
+            for name, env in zip(names, envs, strict=True)
+        ]
+        assert states[0]["subnet"] != states[1]["subnet"], states
+        for root, name, st in zip(roots, names, states, strict=True):
+            folder = root / "testbed" / name
+            ssh = ["ssh", "-i", str(folder / "id_ed25519"), "-o", f"UserKnownHostsFile={folder / 'known_hosts'}",
+                   "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", f"root@{st['hosts'][0]['address']}",
+                   "hostname"]  # fmt: skip
+            answer = subprocess.run(ssh, capture_output=True, text=True, timeout=60)
+            assert answer.returncode == 0, answer.stderr  # its own host, with the key its own state folder holds
+    finally:
+        for name, env, root in zip(names, envs, roots, strict=True):
+            run_cli("testbed", "down", "--name", name, env=env)
+            shutil.rmtree(root, ignore_errors=True)
