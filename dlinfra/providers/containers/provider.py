@@ -104,23 +104,16 @@ def _names(host: Any) -> set[str]:
 
 
 def controller_engine(kind: str, *, artifacts_dir: Path | None = None) -> Engine:
-    """The controller's engine, which builds and saves the image; prepared by its host role once per process,
-    and only when it does not answer already: the role's present state is an answering engine, and its playbook
-    cost every campaign 2-3 s to learn that (a campaign does not need the engine enabled at boot)."""
+    """The controller's engine, which builds and saves the image; prepared by its host role only when it does not
+    answer: the role's present state is an answering engine, and its playbook cost every campaign 2-3 s to learn
+    that (a campaign does not need the engine enabled at boot)."""
     engine = Engine(kind, host="controller")  # type: ignore[arg-type]
     try:
         engine.check_available()
     except TargetError:  # not running, or not installed: the role starts it, or says what to install
-        if kind in _PREPARED_HERE:
-            raise
         prepare([controller(kind)], artifacts_dir=artifacts_dir)  # type: ignore[arg-type]
         engine.check_available()
-    _PREPARED_HERE.add(kind)
     return engine
-
-
-#: Engine kinds this process has prepared on the controller: preparing is idempotent, but costs seconds.
-_PREPARED_HERE: set[str] = set()
 
 
 def ansible_reach(host: InventoryHost) -> dict[str, Any]:
