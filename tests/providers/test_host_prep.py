@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from support import need, need_binary
+from support import component, need, need_binary
 
 from dlinfra.errors import TargetError
 from dlinfra.providers.host_prep import HostToPrepare, controller, inventory, prepare
+from dlinfra.providers.libvirt.hypervisor import hypervisor_ready
 from dlinfra.runtime.ansible import LOCAL_HOST
 
 
@@ -64,14 +65,49 @@ def test_prepare_starts_stopped_daemons_then_changes_nothing(tmp_path: Path) -> 
     while _libvirt_answers() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _libvirt_answers()
+    assert not hypervisor_ready("qemu:///system")  # so a vm campaign runs the role here
     try:
         assert prepare([controller("libvirt")], artifacts_dir=tmp_path / "first") >= 2  # both daemons started
         assert _libvirt_answers()
+        assert hypervisor_ready("qemu:///system")  # and from now on reads that instead of running it
         assert subprocess.run(["pgrep", "--exact", "virtlogd"], capture_output=True).returncode == 0
     finally:
         if not _libvirt_answers():
             prepare([controller("libvirt")])
     assert prepare([controller("docker"), controller("libvirt")], artifacts_dir=tmp_path / "again") == 0
+
+
+@pytest.mark.integration
+def test_a_vm_campaign_skips_the_hypervisor_role_only_where_its_present_state_holds(tmp_path: Path) -> None:
+    """The check a vm campaign makes before the ``libvirt_host`` playbook, against the real libvirtd: this machine
+    with its pool active and autostarted needs no playbook; a pool that is missing, stopped or not autostarted, and
+    any remote hypervisor, get the playbook (which starts, defines or names what is wrong)."""
+    need(os.geteuid() == 0, "root (libvirtd)")
+    need_binary("virsh")
+    from dlinfra.inventory import InventoryHost
+    from dlinfra.providers.libvirt.provider import _hypervisor, _ready
+
+    here = InventoryHost(name="hv1", address="127.0.0.1", groups=[], vars={})
+    component("libvirtd")
+    if not hypervisor_ready("qemu:///system"):  # a machine where no vm campaign ran yet: the role makes the pool
+        prepare([controller("libvirt")], artifacts_dir=tmp_path / "prepare")
+    assert _ready(_hypervisor(here, "qemu:///system", None))
+    assert not _ready(_hypervisor(here, "qemu+ssh://root@192.0.2.7/system", None))  # remote: the playbook's
+    pool = f"dlinfra-ready-{os.getpid()}"
+    virsh = ["virsh", "-c", "qemu:///system"]
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    subprocess.run([*virsh, "pool-define-as", pool, "dir", "--target", str(folder)], check=True, capture_output=True)
+    try:
+        assert not _ready(_hypervisor(here, "qemu:///system", pool))  # defined, stopped
+        subprocess.run([*virsh, "pool-start", pool], check=True, capture_output=True)
+        assert not _ready(_hypervisor(here, "qemu:///system", pool))  # running, not autostarted
+        subprocess.run([*virsh, "pool-autostart", pool], check=True, capture_output=True)
+        assert _ready(_hypervisor(here, "qemu:///system", pool))
+    finally:
+        subprocess.run([*virsh, "pool-destroy", pool], capture_output=True)
+        subprocess.run([*virsh, "pool-undefine", pool], capture_output=True)
+    assert not _ready(_hypervisor(here, "qemu:///system", pool))  # gone
 
 
 @pytest.mark.integration

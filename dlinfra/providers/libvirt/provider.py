@@ -24,12 +24,12 @@ from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.containers.image import build_payload_image, save_image
 from dlinfra.providers.containers.provider import controller_engine
 from dlinfra.providers.host_prep import HostToPrepare, controller, prepare
-from dlinfra.providers.libvirt.hypervisor import LOCAL_URIS, Hypervisor
+from dlinfra.providers.libvirt.hypervisor import DEFAULT_POOL, LOCAL_URIS, Hypervisor, hypervisor_ready
 from dlinfra.providers.libvirt.image import GuestImage, build_guest_image
 from dlinfra.providers.libvirt.spec import GUEST_OPTIONS, PROVIDER_OPTIONS, check_provider_options, guests_from_options
 from dlinfra.providers.libvirt.sweeping import discover_libvirt_runs, sweep_libvirt_run
 from dlinfra.providers.options import Option
-from dlinfra.runtime.progress import phase
+from dlinfra.runtime.progress import phase, say
 
 if TYPE_CHECKING:
     from dlinfra.runtime.sweep_report import SweepReport
@@ -90,7 +90,12 @@ class LibvirtVmProvider(Provider):
         default_uri = spec.options.get("uri")
         uris = {h.name: libvirt_uri(h, default_uri) for h in self._hosts}  # every host checked before any guest
         pool = {key: str(spec.options[key]) for key in ("pool",) if key in spec.options}
-        prepare([_hypervisor(h, uris[h.name], pool.get("pool")) for h in self._hosts], artifacts_dir=spec.artifacts_dir)
+        hypervisors = [_hypervisor(h, uris[h.name], pool.get("pool")) for h in self._hosts]
+        ready = [h for h in hypervisors if _ready(h)]
+        if ready:
+            names = ", ".join(sorted({h.name for h in ready}))
+            say(f"vm: hypervisor {names} ready (libvirtd, virtlogd, pool): no playbook")
+        prepare([h for h in hypervisors if h not in ready], artifacts_dir=spec.artifacts_dir)
         self.providers = [Hypervisor(uris[h.name], physical_host=h.name, **pool) for h in self._hosts]
         for provider in self.providers:
             provider.conn  # noqa: B018 - every hypervisor answers before minutes go into an image
@@ -134,6 +139,13 @@ def _hypervisor(host: InventoryHost, uri: str, pool: str | None) -> HostToPrepar
     reach = {**host.ssh.ansible_vars(), **{k: v for k, v in host.vars.items() if k.startswith("ansible_become")}}
     reach["ansible_python_interpreter"] = host.vars.get("ansible_python_interpreter", "auto_silent")
     return HostToPrepare(host.name, "libvirt", reach, settings)
+
+
+def _ready(host: HostToPrepare) -> bool:
+    """Whether ``host`` needs no ``libvirt_host`` playbook: this machine, already in the role's present state."""
+    return host.reach.get("ansible_connection") == "local" and hypervisor_ready(
+        str(host.settings.get("uri", "")), str(host.settings.get("pool_name", DEFAULT_POOL))
+    )
 
 
 def _guests_for(host: InventoryHost, options: dict[str, Any], host_count: int) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlinfra.providers.libvirt.domain import run_label_of
-from dlinfra.providers.libvirt.hypervisor import _libvirt, sweep
+from dlinfra.providers.libvirt.hypervisor import DEFAULT_POOL, _libvirt, sweep
 from dlinfra.runtime.runs_registry import runs_dir
 
 if TYPE_CHECKING:
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
 LABEL = re.compile(r"^dlinfra-(r[0-9a-f]{8})(?:-|$)")
 LOCAL_LIBVIRT = "qemu:///system"
-DEFAULT_POOL = "dlinfra"
 
 
 def sweep_libvirt_run(label: str, objects: list[dict[str, Any]], report: SweepReport) -> None:
