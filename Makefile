@@ -21,6 +21,8 @@ FAST_TIER := not integration and not slow
 WORKERS := -n 2
 SUITE_WORKERS := -n 3
 TIMED := scripts/timed.sh
+# Where the CPU went while a stage ran, by kind of process (guests, TensorFlow, Ansible...): the suite is CPU-bound.
+CPU_BY_KIND := scripts/cpu-by-kind.py
 export DLINFRA_STAGES ?= $(abspath artifacts/stages.txt)
 
 .PHONY: setup test-setup deps daemons openstack demo test check fast-tier lint bench clean
@@ -78,8 +80,8 @@ test:
 	@$(MAKE) --no-print-directory check
 	@$(TIMED) daemons $(MAKE) --no-print-directory daemons
 	@$(TIMED) openstack $(MAKE) --no-print-directory openstack
-	@$(TIMED) suite $(BIN)/pytest $(SUITE_WORKERS) -m "not ($(FAST_TIER)) and not alone"
-	@$(TIMED) alone $(BIN)/pytest -m alone
+	@$(TIMED) suite $(CPU_BY_KIND) $(BIN)/pytest $(SUITE_WORKERS) -m "not ($(FAST_TIER)) and not alone"
+	@$(TIMED) alone $(CPU_BY_KIND) $(BIN)/pytest -m alone
 	@$(TIMED) --summary
 
 # Every benchmark appends its figures to one file; the last line prints them as one table, goals beside them.

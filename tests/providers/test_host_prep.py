@@ -80,8 +80,9 @@ def test_prepare_starts_stopped_daemons_then_changes_nothing(tmp_path: Path) -> 
 @pytest.mark.integration
 def test_a_vm_campaign_skips_the_hypervisor_role_only_where_its_present_state_holds(tmp_path: Path) -> None:
     """The check a vm campaign makes before the ``libvirt_host`` playbook, against the real libvirtd: this machine
-    with its pool active and autostarted needs no playbook; a pool that is missing, stopped or not autostarted, and
-    any remote hypervisor, get the playbook (which starts, defines or names what is wrong)."""
+    with its pool active and autostarted needs no playbook; a pool that is missing, stopped, not autostarted or
+    without its folder, and any remote hypervisor, get the playbook (which starts, defines or names what is
+    wrong)."""
     need(os.geteuid() == 0, "root (libvirtd)")
     need_binary("virsh")
     from dlinfra.inventory import InventoryHost
@@ -104,6 +105,8 @@ def test_a_vm_campaign_skips_the_hypervisor_role_only_where_its_present_state_ho
         assert not _ready(_hypervisor(here, "qemu:///system", pool))  # running, not autostarted
         subprocess.run([*virsh, "pool-autostart", pool], check=True, capture_output=True)
         assert _ready(_hypervisor(here, "qemu:///system", pool))
+        folder.rmdir()
+        assert not _ready(_hypervisor(here, "qemu:///system", pool))  # running, its folder gone
     finally:
         subprocess.run([*virsh, "pool-destroy", pool], capture_output=True)
         subprocess.run([*virsh, "pool-undefine", pool], capture_output=True)

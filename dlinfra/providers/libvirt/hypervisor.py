@@ -97,10 +97,10 @@ def _libvirt():
 
 def hypervisor_ready(uri: str, pool_name: str = DEFAULT_POOL) -> bool:
     """Whether this machine is in the ``libvirt_host`` role's present state for ``uri`` already: libvirtd
-    answers, virtlogd takes connections, the pool is active and autostarted. libvirt says so in milliseconds;
-    the role's playbook took 10-18 s of every vm campaign to find the same. False for anything else (a remote
-    URI, qemu:///session, a stopped daemon, a missing or stopped pool): the playbook then runs, starts what it
-    can and names what is wrong."""
+    answers, virtlogd takes connections, the pool is active and autostarted, its folder there. libvirt says so
+    in milliseconds; the role's playbook took 10-18 s of every vm campaign to find the same. False for anything
+    else (a remote URI, qemu:///session, a stopped daemon, a missing or stopped pool): the playbook then runs,
+    starts what it can and names what is wrong."""
     if uri != "qemu:///system" or not _accepts_connections(VIRTLOGD_SOCKET):
         return False
     libvirt = _libvirt()
@@ -110,7 +110,8 @@ def hypervisor_ready(uri: str, pool_name: str = DEFAULT_POOL) -> bool:
         return False
     try:
         pool = conn.storagePoolLookupByName(pool_name)
-        return bool(pool.isActive()) and bool(pool.autostart())
+        folder = re.search(r"<target>\s*<path>([^<]+)</path>", pool.XMLDesc())
+        return bool(pool.isActive() and pool.autostart() and folder and Path(folder[1]).is_dir())
     except libvirt.libvirtError:
         return False
     finally:
