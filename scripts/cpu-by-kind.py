@@ -76,9 +76,10 @@ def kind_of_process(pid: str) -> str:
     """Its command line's kind, else its nearest ancestor's: a module Ansible runs here is a bare interpreter
     under a shell under ansible-playbook."""
     for _ in range(4):
-        kind = kind_of(_command_line(pid))
+        if (kind := kind_of(_command_line(pid))) != "other":
+            return kind
         fields = _stat(pid)
-        if kind != "other" or fields is None or fields[1] in ("0", "1"):
+        if fields is None or fields[1] in ("0", "1"):
             return kind
         pid = fields[1]
     return "other"
@@ -122,16 +123,23 @@ class Sampler:
         return [name for name in os.listdir("/proc") if name.isdigit()]
 
     def sample(self) -> None:
+        """Charge each process's growth since the last sample; forget the processes that are gone."""
+        seen: dict[str, tuple[int, int]] = {}
+        kinds: dict[tuple[str, int], str] = {}
         for pid in self._pids():
             now = _ticks(pid)
             if now is None:
                 continue
             before = self.seen.get(pid)
             grown = now[1] - before[1] if before and before[0] == now[0] else now[1]
-            self.seen[pid] = now
+            seen[pid] = now
+            key = (pid, now[0])
+            if key in self.kinds:
+                kinds[key] = self.kinds[key]
             if grown > 0:
-                kind = self.kinds.get((pid, now[0])) or self.kinds.setdefault((pid, now[0]), kind_of_process(pid))
+                kind = kinds.setdefault(key, self.kinds.get(key) or kind_of_process(pid))
                 self.by_kind[kind] = self.by_kind.get(kind, 0) + grown
+        self.seen, self.kinds = seen, kinds
 
     def run(self) -> None:
         while not self.stop.wait(1.0):
