@@ -48,7 +48,7 @@ from dlinfra.providers.libvirt.boot import (
     ssh_overdue,
 )
 from dlinfra.providers.libvirt.domain import DomainPlan, domain_vars, run_label_of
-from dlinfra.providers.libvirt.image import GuestImage, build_guest_image, cloud_image
+from dlinfra.providers.libvirt.image import GuestImage, build_guest_image, cloud_image, guest_payload_home
 from dlinfra.providers.libvirt.network import (
     SUBNET_KIND,
     RunNetwork,
@@ -563,7 +563,7 @@ class Hypervisor:
             memory_bytes=guest.memory_mib * 2**20,
             devices=[str(d.address) for d in devices],
             emulated=plan.emulated,
-            home=".dlinfra",
+            home=guest_payload_home(self.ssh_user),
             base_python="python3",
             ansible_python="/usr/bin/python3",
             details={  # what every vm record carries: what the guest was, and where its vCPUs ran

@@ -54,7 +54,7 @@ GUEST_PACKAGES = (
 KERNEL_CMDLINE = "root=/dev/vda rw console=ttyS0,115200 net.ifnames=0"
 SEED_LABEL = "cidata"
 ON_DEMAND_UNITS = ("docker.service", "containerd.service")
-PAYLOAD_HOME = ".dlinfra"  # Target.home of vm targets, relative to the login user's home
+PAYLOAD_HOME = ".dlinfra"  # where the payload lives in the login user's home (guest_payload_home)
 # Background jobs that would disturb a benchmark (or need the network), and what no one uses, are masked in the image.
 MASKED_UNITS = (
     "apt-daily.timer",
@@ -232,11 +232,17 @@ def _customise(root: Path) -> None:
     _run(["systemctl", f"--root={root}", "enable", "docker.socket"], "enabling docker.socket")
 
 
+def guest_payload_home(user: str) -> str:
+    """Target.home of a guest of this image: absolute, because a module's working folder is not always the
+    login's home (Mitogen runs modules in Ansible's temporary folder)."""
+    return f"/home/{user}/{PAYLOAD_HOME}"
+
+
 def _bake_payload(root: Path, wheelhouse: Wheelhouse, user: str) -> None:
     """Install ``wheelhouse`` for ``user`` in the rootfs the way roles/payload does on a target: from the
     controller's dependencies archive where it fits the guest's interpreter (an unpack, no pip), else with pip."""
     _run(["chroot", str(root), "useradd", "--create-home", "--uid", "1000", "--shell", "/bin/bash", user], "useradd")
-    home = f"/home/{user}/{PAYLOAD_HOME}"
+    home = guest_payload_home(user)
     inside = root / home.lstrip("/")
     archive = build_deps_archive(wheelhouse)
     probe = subprocess.run(["chroot", str(root), "python3", "-c", PROBE], capture_output=True, text=True, check=False)
