@@ -23,7 +23,8 @@ from pathlib import Path
 KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("guests (QEMU)", ("qemu-system",)),
     ("payload (TensorFlow, sysbench)", ("dlinfra.payload", "dlinfra-payload", "sysbench")),
-    ("Ansible", ("ansible-playbook", "AnsiballZ", "ansible_", "/ansible/modules/")),
+    # A host's Mitogen interpreter (the one that runs every module of a play there) names itself python(mitogen:...).
+    ("Ansible", ("ansible-playbook", "AnsiballZ", "ansible_", "/ansible/modules/", "(mitogen:")),
     ("pytest workers", ("pytest", "execnet", "import sys;exec(eval(sys.stdin.readline()))")),
     ("engines (docker, podman)", ("dockerd", "containerd", "runc", "docker", "podman", "conmon", "crun")),
     ("libvirtd, virtlogd", ("libvirtd", "virtlogd")),

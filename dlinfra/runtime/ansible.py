@@ -420,6 +420,9 @@ def run_playbook(
                     "ANSIBLE_CONFIG": str(cfg),
                     "ANSIBLE_NOCOLOR": "1",
                     "ANSIBLE_FORCE_COLOR": "0",
+                    # ansible-runner sets False where the environment says nothing, and the environment wins over
+                    # the config: Mitogen then told SSH to accept any host key (tests/orchestration/test_campaign.py).
+                    "ANSIBLE_HOST_KEY_CHECKING": "True",
                     CONTROLLER_ENV: mark,
                     **({CAMPAIGN_ENV: campaign} if (campaign := current_campaign()) else {}),
                 },

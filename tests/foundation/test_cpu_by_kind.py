@@ -26,6 +26,7 @@ def test_command_lines_are_sorted_into_kinds() -> None:
     assert kind_of("/opt/v/bin/python -m dlinfra.payload run --workload mnist-dnn") == "payload (TensorFlow, sysbench)"
     assert kind_of("/work/.venv/bin/python /work/.venv/bin/ansible-playbook deploy.yml") == "Ansible"
     assert kind_of("python3 /root/.ansible/tmp/x/AnsiballZ_command.py") == "Ansible"
+    assert kind_of("/usr/bin/python3(mitogen:root@dlinfra-h1:5114)") == "Ansible"
     assert kind_of("/usr/bin/dockerd --host unix:///run/dlinfra/h1/docker.sock") == "engines (docker, podman)"
     assert kind_of("/usr/sbin/libvirtd -d") == "libvirtd, virtlogd"
     assert kind_of("/x/.venv-nova/bin/python /x/.venv-nova/bin/nova-compute") == "OpenStack services"

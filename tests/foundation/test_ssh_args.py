@@ -3,6 +3,8 @@ always checked, against the endpoint's own known_hosts when it has one."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dlinfra.transport.ssh import SshEndpoint, ansible_ssh_common_args, with_connect_timeout
 
 
@@ -26,3 +28,22 @@ def test_a_saved_argv_gets_another_connect_timeout_once() -> None:
     assert "ConnectTimeout=10" in shorter and "ConnectTimeout=30" not in shorter
     assert len(shorter) == len(saved)
     assert with_connect_timeout(["ssh", "root@h"], 5) == ["ssh", "-o", "ConnectTimeout=5", "root@h"]
+
+
+def test_runs_use_mitogens_strategy_unless_the_user_chose_ansibles_own(tmp_path, monkeypatch) -> None:
+    import configparser
+
+    from dlinfra.runtime.ansible import STRATEGY_ENV_VAR, ansible_config
+
+    def defaults() -> configparser.SectionProxy:
+        parser = configparser.ConfigParser()
+        parser.read(ansible_config(tmp_path / "ansible.cfg"))
+        assert parser["defaults"]["host_key_checking"] == "True"  # under either strategy
+        return parser["defaults"]
+
+    monkeypatch.delenv(STRATEGY_ENV_VAR, raising=False)
+    mitogen = defaults()
+    assert mitogen["strategy"] == "mitogen_linear"
+    assert (Path(mitogen["strategy_plugins"]) / "mitogen_linear.py").is_file()
+    monkeypatch.setenv(STRATEGY_ENV_VAR, "linear")
+    assert "strategy" not in defaults()

@@ -253,6 +253,35 @@ def test_failed_task_names_host_task_and_message(deployed, tmp_path: Path) -> No
     assert f"host {deployed.targets[1].name}: task 'Fail on purpose' failed: boom from the test" in str(info.value)
 
 
+def test_a_host_whose_key_is_not_known_is_unreachable_and_its_key_not_added(
+    deployed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Host keys are checked under the strategy runs use (Mitogen's here): a target whose known_hosts lacks its
+    key is refused by name, and the file stays as it was; the other targets run. Also when the environment says
+    ANSIBLE_HOST_KEY_CHECKING=False (Mitogen then told SSH to accept any key, and the login name was what refused
+    it). Another login name than the deploy's: SSH reuses an open connection to the same login for 30 s without
+    reading known_hosts again; the key is checked before the login, so the message says which of them refused."""
+    import dataclasses
+
+    from dlinfra.runtime.ansible import mitogen_strategies, run_playbook
+
+    assert mitogen_strategies() is not None, "mitogen is a controller dependency (pyproject.toml)"
+    monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    stranger = dataclasses.replace(deployed.targets[1], known_hosts=str(empty), user="dlinfra-stranger")
+    book = tmp_path / "ping.yml"
+    book.write_text("- name: Ping\n  hosts: all\n  gather_facts: false\n  tasks:\n    - name: Ping\n"
+                    "      ansible.builtin.ping:\n")  # fmt: skip
+    targets = [deployed.targets[0], stranger]
+    result = run_playbook(book, targets=targets, artifacts_dir=tmp_path / "art", quiet=True)
+    assert result.hosts[targets[0].name].success
+    [failure] = result.failures
+    assert failure.host == stranger.name and failure.unreachable, failure
+    assert "host key" in failure.message.lower(), failure.message
+    assert empty.read_text() == ""
+
+
 def test_a_target_with_other_bytes_is_refused_by_name(deployed) -> None:
     from dlinfra.errors import TargetError
     from dlinfra.orchestration.deploy import verify_identities
