@@ -72,7 +72,7 @@ PASS_ENV = frozenset(
 )  # fmt: skip
 PASS_ENV_PREFIXES = ("ANSIBLE_", "LC_")
 #: ``linear`` runs the plays with Ansible's own strategy; by default they run with Mitogen's (the same plays and
-#: modules, one Python per host kept for the whole play instead of one per task: a third of Ansible's CPU).
+#: modules, one Python per host kept for the whole play instead of one per task: a third of the CPU per task).
 STRATEGY_ENV_VAR = "DLINFRA_ANSIBLE_STRATEGY"
 
 
