@@ -22,7 +22,7 @@ WORKERS := -n 2
 SUITE_WORKERS := -n 3
 TIMED := scripts/timed.sh
 # Where the CPU went while a stage ran, by kind of process (guests, TensorFlow, Ansible...): the suite is CPU-bound.
-CPU_BY_KIND := scripts/cpu-by-kind.py
+CPU_BY_KIND := $(BIN)/python scripts/cpu-by-kind.py
 export DLINFRA_STAGES ?= $(abspath artifacts/stages.txt)
 
 .PHONY: setup test-setup deps daemons openstack demo test check fast-tier lint bench clean

@@ -7,6 +7,7 @@ how long; this says on what: emulated guests (QEMU), TensorFlow payloads, Ansibl
 every process's CPU ticks from /proc once a second (a fraction of a percent of one core) and charges each second's
 growth to the process's kind; what processes shorter than a second used is counted in the machine's total but not
 seen, and printed as such. Exits with COMMAND's status. Linux only (/proc); elsewhere it only runs COMMAND.
+Run it with dlinfra's venv Python (the Makefile does): it reads /proc/stat with the payload's own parser.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from dlinfra.payload.interference import parse_proc_stat
 
 #: (kind, words): a process is of the first kind one of whose words is in its command line. Order matters.
 KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -102,8 +105,9 @@ def _comm(pid: str) -> str:
 
 
 def _busy_ticks() -> int:
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return sum(values) - values[3] - values[4]  # all but idle and iowait
+    """The machine's busy ticks as the payload's interference record counts them: user, nice, system and
+    interrupts; not steal (the hypervisor's, not this machine's work) nor guest (already in user)."""
+    return sum(cpu.busy for cpu in parse_proc_stat(Path("/proc/stat").read_text()).values())
 
 
 class Sampler:
@@ -135,10 +139,12 @@ class Sampler:
             grown = now[1] - before[1] if before and before[0] == now[0] else now[1]
             seen[pid] = now
             key = (pid, now[0])
-            if key in self.kinds:
-                kinds[key] = self.kinds[key]
+            kind = self.kinds.get(key)
+            if kind is None and grown > 0:  # a process's kind is read once, when it first uses CPU
+                kind = kind_of_process(pid)
+            if kind is not None:
+                kinds[key] = kind
             if grown > 0:
-                kind = kinds.setdefault(key, self.kinds.get(key) or kind_of_process(pid))
                 self.by_kind[kind] = self.by_kind.get(kind, 0) + grown
         self.seen, self.kinds = seen, kinds
 

@@ -168,7 +168,11 @@ class PlaybookResult:
 
 def mitogen_strategies() -> Path | None:
     """Where Mitogen's strategy plugins are, or None when it is not installed or the user chose Ansible's own."""
-    if os.environ.get(STRATEGY_ENV_VAR, "mitogen").strip().lower() == "linear":
+    chosen = os.environ.get(STRATEGY_ENV_VAR, "mitogen").strip().lower()
+    if chosen not in ("mitogen", "linear"):
+        hint = "set it to mitogen or linear, or unset it"
+        raise DlinfraError(f"{STRATEGY_ENV_VAR}={chosen!r} is not a strategy", hint)
+    if chosen == "linear":
         return None
     try:
         import ansible_mitogen

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from dlinfra.errors import DlinfraError
 from dlinfra.transport.ssh import SshEndpoint, ansible_ssh_common_args, with_connect_timeout
 
 
@@ -47,3 +50,7 @@ def test_runs_use_mitogens_strategy_unless_the_user_chose_ansibles_own(tmp_path,
     assert (Path(mitogen["strategy_plugins"]) / "mitogen_linear.py").is_file()
     monkeypatch.setenv(STRATEGY_ENV_VAR, "linear")
     assert "strategy" not in defaults()
+    monkeypatch.setenv(STRATEGY_ENV_VAR, "linaer")
+    with pytest.raises(DlinfraError, match="DLINFRA_ANSIBLE_STRATEGY='linaer' is not a strategy") as refused:
+        defaults()
+    assert refused.value.hint == "set it to mitogen or linear, or unset it"

@@ -27,6 +27,7 @@ import shutil
 import socket
 import subprocess
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -110,8 +111,8 @@ def hypervisor_ready(uri: str, pool_name: str = DEFAULT_POOL) -> bool:
         return False
     try:
         pool = conn.storagePoolLookupByName(pool_name)
-        folder = re.search(r"<target>\s*<path>([^<]+)</path>", pool.XMLDesc())
-        return bool(pool.isActive() and pool.autostart() and folder and Path(folder[1]).is_dir())
+        folder = ET.fromstring(pool.XMLDesc()).findtext("target/path")  # noqa: S314 - libvirtd's own XML
+        return bool(pool.isActive() and pool.autostart() and folder and Path(folder).is_dir())
     except libvirt.libvirtError:
         return False
     finally:
