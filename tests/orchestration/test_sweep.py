@@ -251,7 +251,7 @@ def test_sigkill_during_a_shared_bm_cell_then_sweep_stops_its_processes(testbed_
     """The controller dies while a shared cell runs on a bm host: the cell's process and its background job,
     started there over SSH, outlive it (until their own timeouts: the cell's, and twice that for the job);
     ``dlinfra sweep`` stops both and removes the job's folder."""
-    from dlinfra.runtime.runs_registry import is_live, runs_dir
+    from dlinfra.runtime.runs_registry import runs_dir, take_over
 
     need_binary("sysbench")
     host = testbed_one.hosts[0]
@@ -272,25 +272,35 @@ def test_sigkill_during_a_shared_bm_cell_then_sweep_stops_its_processes(testbed_
     _wait_for("a shared cell running next to its background job", both_running, proc, log, timeout=600)
     _kill_session(proc)
     try:
-        time.sleep(1)
-        assert _processes_with("--workload sysbench-cpu", ".background", runs), "the job died with its controller"
-        assert _processes_with("--workload mnist-dnn", runs), "the cell died with its controller: nothing to test"
-        entries = [json.loads(p.read_text()) for p in runs_dir().glob("dlinfra-launch-*.json")]
-        mine = [e for e in entries if any(o.get("pid_file", "").startswith(runs) for o in e.get("objects", []))]
-        assert len(mine) == 1 and not is_live(mine[0]["label"]), entries
-        groups = [o for o in mine[0]["objects"] if o["kind"] == "process-group"]
-        assert len(groups) == 2, groups  # the cell's one process and the job
-        (folder,) = [Path(o["folder"]) for o in groups if "folder" in o]
-        assert folder.is_dir()
-
-        # This run only: a plain `dlinfra sweep` would also take the unclaimed objects of tests beside this one
-        # (tests/orchestration/test_noise.py runs the plain one, alone).
-        swept = run_cli("sweep", "--run", mine[0]["label"], timeout=300)
-        assert swept.returncode == 0, swept.stdout + swept.stderr
-        assert "processes" in swept.stdout, swept.stdout
+        (label,) = [  # the launcher's run: the one whose process groups' pid files are on this test's host
+            p.stem for p in runs_dir().glob("dlinfra-launch-*.json") if runs in p.read_text(errors="replace")
+        ]
+        # Held at once, as in the ctr test above: another worker's campaign starting now would sweep this dead run
+        # in its start-up sweep and leave the sweep under test nothing to find (CI's stop 52 failed so).
+        with take_over(label) as held:
+            assert held is not None, "another process's sweep took the run the moment its controller died"
+            held.keep = True  # the file is left as it was found, for the sweep under test
+            time.sleep(1)
+            assert _processes_with("--workload sysbench-cpu", ".background", runs), "the job died with its controller"
+            assert _processes_with("--workload mnist-dnn", runs), "the cell died with its controller: nothing to test"
+            groups = [o for o in held.info.objects if o["kind"] == "process-group"]
+            assert len(groups) == 2, groups  # the cell's one process and the job
+            (folder,) = [Path(o["folder"]) for o in groups if "folder" in o]
+            assert folder.is_dir()
+            # This run only: a plain `dlinfra sweep` would also take the unclaimed objects of tests beside this one
+            # (tests/orchestration/test_noise.py runs the plain one, alone). It waits for this test's hold.
+            sweeping = subprocess.Popen(
+                [sys.executable, "-m", "dlinfra", "sweep", "--run", label],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+            )  # fmt: skip
+            time.sleep(3)
+            assert sweeping.poll() is None, "it waits for the sweep that holds the run (this test)"
+        out, err = sweeping.communicate(timeout=300)
+        assert sweeping.returncode == 0, out + err
+        assert "processes" in out, out
         time.sleep(0.5)
         assert not _processes_with("dlinfra.payload", runs), "a payload process outlived the sweep"
-        assert not folder.exists() and not (runs_dir() / f"{mine[0]['label']}.json").exists()
+        assert not folder.exists() and not (runs_dir() / f"{label}.json").exists()
     finally:  # whatever failed above, nothing of this test goes on loading the machine
         for pid in _processes_with("dlinfra.payload", runs):
             with contextlib.suppress(ProcessLookupError):
