@@ -335,7 +335,7 @@ def test_sigkill_during_vm_bring_up_then_startup_sweep_leaves_nothing(tmp_path: 
     from dlinfra.orchestration.sweep import sweep_dead_runs
     from dlinfra.providers.host_prep import controller, prepare
     from dlinfra.providers.libvirt.hypervisor import new_run_label
-    from dlinfra.runtime.runs_registry import is_live, runs_dir
+    from dlinfra.runtime.runs_registry import runs_dir, take_over
 
     prepare([controller("libvirt")])  # libvirtd answering, as a campaign has it
     label = new_run_label()
@@ -356,16 +356,20 @@ def test_sigkill_during_vm_bring_up_then_startup_sweep_leaves_nothing(tmp_path: 
 
         _wait_for(f"guest {domain} running", guest_running, proc, log, timeout=300)
         _kill_session(proc)
-
-        state_file = runs_dir() / f"{label}.json"
-        assert state_file.exists() and not is_live(label)
-        assert guest_running()
-        vols = [v.name() for v in conn.storagePoolLookupByName(pool).listAllVolumes(0)]
-        assert {f"{domain}.qcow2", f"{domain}-seed.img"} <= set(vols)
-        assert f"dlinfra-{label}" in conn.listNetworks()
-        bridge = f"dlv-{label}"
-        assert Path("/sys/class/net", bridge).exists()
-        assert (runs_dir() / f"vm-{label}").is_dir()  # the client key and known_hosts
+        # Held at once, as in the tests above, so that another worker's campaign start-up sweep cannot take the run
+        # before the one under test; released just before it.
+        with take_over(label) as held:
+            assert held is not None, "another process's sweep took the run the moment its controller died"
+            held.keep = True  # the file is left as it was found, for the sweep under test
+            state_file = runs_dir() / f"{label}.json"
+            assert state_file.exists()
+            assert guest_running()
+            vols = [v.name() for v in conn.storagePoolLookupByName(pool).listAllVolumes(0)]
+            assert {f"{domain}.qcow2", f"{domain}-seed.img"} <= set(vols)
+            assert f"dlinfra-{label}" in conn.listNetworks()
+            bridge = f"dlv-{label}"
+            assert Path("/sys/class/net", bridge).exists()
+            assert (runs_dir() / f"vm-{label}").is_dir()  # the client key and known_hosts
 
         report = sweep_dead_runs()
         assert label in report.runs, report
