@@ -5,8 +5,8 @@ or a power cut skips. Every run claims its label in the run registry
 (:mod:`dlinfra.runtime.runs_registry`) before it creates anything and
 records there where its objects go; a run whose lock is free is dead, and
 its objects are found from that record. First it stops the ``ansible-playbook`` processes a dead controller left
-(:mod:`.orphans`), then, per run, the payload processes it left running on bm hosts (over SSH,
-:mod:`.process_groups`), then each provider sweeps its own objects. Objects of runs that left no record
+(:mod:`.orphans`) and removes their private folders, then, per run, the payload processes it left running on bm
+hosts (over SSH, :mod:`.process_groups`), then each provider sweeps its own objects. Objects of runs that left no record
 (runs from before the registry) are found by their labels: ``dlinfra.run`` on
 containers and networks of this machine's engines (its docker and podman, the
 testbed hosts' dockerds), ``dlinfra-r<8 hex>`` on libvirt guests, volumes and
@@ -29,7 +29,7 @@ from rich.console import Console
 from dlinfra.errors import DlinfraError
 from dlinfra.orchestration import process_groups, shield
 from dlinfra.providers.registry import provider_class, provider_names
-from dlinfra.runtime.orphans import orphaned_playbooks, stop_orphaned_playbooks
+from dlinfra.runtime.orphans import orphaned_playbooks, orphaned_runner_dirs, stop_orphaned_playbooks
 from dlinfra.runtime.runs_registry import (
     being_swept,
     check_label,
@@ -76,6 +76,8 @@ def sweep(
     # First, so that no playbook of a dead controller goes on creating what the sweep removes.
     orphans = orphaned_playbooks(campaign) if dry_run else stop_orphaned_playbooks(campaign)
     report.add("ansible runs", *map(str, orphans))
+    # Their private folders: every dead controller's, or (a folder does not say its campaign) the stopped ones'.
+    _remove_runner_dirs(report, orphaned_runner_dirs(None if campaign is None else [o.mark for o in orphans]))
     recorded = {info.label: info.objects for info in dead_runs() if campaign is None or info.campaign == campaign}
     found = _discover(run_label) if discover and campaign is None else {}
     elsewhere = {r.label for r in runs_being_swept() if campaign is None or r.campaign == campaign}
@@ -186,6 +188,17 @@ def _stop_process_groups(label: str, groups: list[dict[str, Any]], report: Sweep
             report.add("processes", what)
         else:
             report.error(f"run {label}: process group on {what}: {stopped.last_error_line()}")
+
+
+def _remove_runner_dirs(report: SweepReport, folders: list[Path]) -> None:
+    """Remove the private folders (inventory, config, extra vars, events) of playbook runs whose controller died."""
+    for folder in folders:
+        if not report.dry_run:
+            shutil.rmtree(folder, ignore_errors=True)
+            if folder.exists():
+                report.error(f"could not remove the playbook folder {folder}")
+                continue
+        report.add("files", str(folder))
 
 
 # ---------------------------------------------------------------- discovery

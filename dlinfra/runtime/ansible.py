@@ -45,7 +45,7 @@ from dlinfra import cancel, secrets
 from dlinfra.cache import add_build
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.inventory import load_inventory
-from dlinfra.runtime.orphans import CAMPAIGN_ENV, CONTROLLER_ENV, controller_mark, stop_playbook
+from dlinfra.runtime.orphans import CAMPAIGN_ENV, CONTROLLER_ENV, controller_mark, runner_dir_prefix, stop_playbook
 from dlinfra.runtime.progress import note
 from dlinfra.runtime.runs_registry import current_campaign
 from dlinfra.target import Target
@@ -396,7 +396,9 @@ def run_playbook(
     (the payload image loaded into a host's engine): its time counts as a first-time build."""
     book = _playbook_path(playbook)
     console = console or Console(stderr=True)
-    private = Path(tempfile.mkdtemp(prefix="dlinfra-runner-"))
+    # If this process dies, a sweep stops the playbook and removes this folder by this mark; a Ctrl-C stops it here.
+    mark = controller_mark()
+    private = Path(tempfile.mkdtemp(prefix=runner_dir_prefix(mark)))
     artifacts = Path(artifacts_dir).resolve() if artifacts_dir else private / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
     keep = keep_env()
@@ -411,7 +413,6 @@ def run_playbook(
         display = _Display(console, hosts, book.stem, quiet)
         result = PlaybookResult(playbook=book.name, status="unstarted", rc=-1)
         handle = _Events(book.stem, display, result, console, quiet, build_tasks, on_event)
-        mark = controller_mark()  # a sweep stops the playbook if this process dies; a Ctrl-C stops it here
         with display.progress, _cancel_on_interrupt(mark) as canceled:
             runner = init_runner(
                 private_data_dir=str(private),

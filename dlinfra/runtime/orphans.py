@@ -12,15 +12,19 @@ A playbook run for a campaign also carries ``DLINFRA_CAMPAIGN=<campaign id>``, s
 stops that campaign's orphans only.
 Daemons a playbook started (dockerd, libvirtd) left the playbook's session and are not ``ansible-playbook``:
 they are never touched.
+A playbook run's private folder (ansible-runner's: inventory, config, extra vars, events) is named for the same mark
+(:func:`runner_dir_prefix`), so that one a dead controller left behind is found, and removed, the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import signal
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +34,10 @@ from dlinfra.runtime.wait import WaitTimedOut, wait_for
 CONTROLLER_ENV = "DLINFRA_CONTROLLER"
 #: The environment variable that names the campaign a playbook runs for (absent outside a campaign).
 CAMPAIGN_ENV = "DLINFRA_CAMPAIGN"
+#: The start of a playbook run's private folder's name, in the temporary directory; the mark's pid and start
+#: time follow (:func:`runner_dir_prefix`).
+RUNNER_DIR_PREFIX = "dlinfra-runner-"
+_RUNNER_DIR = re.compile(rf"{RUNNER_DIR_PREFIX}(\d+)-(\d+)-")
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -113,6 +121,27 @@ def stop_orphaned_playbooks(campaign: str | None = None, grace_s: float = 5.0) -
     orphans = orphaned_playbooks(campaign)
     _stop([found.pid for found in orphans], grace_s)
     return orphans
+
+
+def runner_dir_prefix(mark: str) -> str:
+    """The name's start of the private folder of the playbook run marked ``mark``: its controller's pid and start
+    time, by which :func:`orphaned_runner_dirs` tells a dead controller's folder from a live one's."""
+    pid, ticks, _token = mark.split(":")
+    return f"{RUNNER_DIR_PREFIX}{pid}-{ticks}-"
+
+
+def orphaned_runner_dirs(marks: Iterable[str] | None = None) -> list[Path]:
+    """Private folders of playbook runs, in the temporary directory, whose controller is gone (of the runs
+    ``marks`` name, when given): a SIGKILL or an OOM kill skips the removal that ends every run."""
+    prefixes = None if marks is None else tuple(runner_dir_prefix(mark) for mark in marks)
+    found = []
+    for entry in Path(tempfile.gettempdir()).glob(f"{RUNNER_DIR_PREFIX}*"):
+        named = _RUNNER_DIR.match(entry.name)
+        if not named or (prefixes is not None and not entry.name.startswith(prefixes)):
+            continue
+        if entry.is_dir() and not entry.is_symlink() and not _is_alive(f"{named[1]}:{named[2]}"):
+            found.append(entry)
+    return sorted(found)
 
 
 def stop_playbook(mark: str, grace_s: float = 5.0) -> list[int]:

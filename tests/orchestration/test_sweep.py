@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -567,7 +568,8 @@ def _marked_processes(mark: bytes) -> dict[int, list[bytes]]:
 def test_sweep_stops_the_playbook_of_a_sigkilled_controller(tmp_path: Path) -> None:
     """ansible-runner gives ansible-playbook a session of its own: a SIGKILLed controller left it running.
     The sweep stops it (and only it: a playbook of a live controller is never an orphan, and a sweep of
-    another campaign leaves it), and names its playbook.
+    another campaign leaves it), names its playbook, and removes the run's private folder (inventory, extra vars),
+    which the controller's own clean-up would have.
 
     Another worker's campaign starting meanwhile sweeps every orphaned playbook (``sweep_dead_runs``), as it
     should: when one took this test's playbook before its own sweep could (the playbook no longer running at
@@ -605,6 +607,7 @@ def _orphan_then_sweep(book: Path, artifacts: Path) -> bool:
                 playbook = next(pid for pid, argv in marked.items() if argv[1].endswith(b"ansible-playbook"))
         assert playbook is not None, "the controller never started ansible-playbook"
         assert playbook not in {found.pid for found in orphaned_playbooks()}  # its controller is alive
+        (folder,) = Path(tempfile.gettempdir()).glob(f"dlinfra-runner-{controller.pid}-*")  # the run's private one
         controller.send_signal(signal.SIGKILL)
         controller.wait(timeout=10)
         time.sleep(1)
@@ -616,11 +619,15 @@ def _orphan_then_sweep(book: Path, artifacts: Path) -> bool:
         assert other.returncode == 0 and "nothing to sweep" in other.stdout, other.stdout + other.stderr
         if not is_running(playbook):
             return False  # neither sweep of this test stopped it: another process's did
+        if not folder.is_dir():  # another process's sweep stopped the playbook and removed the folder, or
+            assert not is_running(playbook), "another campaign's sweep removed this one's playbook folder"
+            return False
         swept = run_cli("sweep", "--campaign", campaign, timeout=120)
         assert swept.returncode == 0, swept.stdout + swept.stderr
         if "nothing to sweep" in swept.stdout and not is_running(playbook):
             return False
         assert f"ansible-playbook pid {playbook} (slow.yml)" in swept.stdout, swept.stdout
+        assert not folder.exists(), f"the dead controller's playbook folder is left: {swept.stdout}"
         time.sleep(0.5)
         left = {pid: argv[:2] for pid, argv in _marked_processes(mark).items()}
         assert not left, f"still running after the sweep: {left}"  # the playbook, its forks, its task's sleep

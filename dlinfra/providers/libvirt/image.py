@@ -31,7 +31,7 @@ from dlinfra.testbed.dockerd import unmount_under
 if TYPE_CHECKING:
     from dlinfra.images.wheelhouse import Wheelhouse
 
-IMAGE_FORMAT_VERSION = 10  # bump when the customisation below changes: a new cache entry is built
+IMAGE_FORMAT_VERSION = 12  # bump when the customisation below changes: a new cache entry is built
 #: What a guest's rootfs holds; those the container image's rootfs lacks are installed into a copy of it.
 GUEST_PACKAGES = (
     "apparmor",  # the guest kernel enables AppArmor: dockerd then needs apparmor_parser for docker-default
@@ -66,6 +66,44 @@ MASKED_UNITS = (
     # Logins on virtual consoles nobody sees (the guest has no display): the serial console's getty stays.
     "getty-static.service",
     "getty@tty1.service",
+    "dpkg-db-backup.timer",
+    "systemd-tmpfiles-clean.timer",
+    # Boot work a benchmark guest has no use for. Under QEMU TCG every program a boot starts costs its one vCPU
+    # tenths of a second; these were 10 s of a 39-s boot (serial console, systemd.log_target=kmsg).
+    "apparmor.service",  # no profile of its own left (UNUSED_APPARMOR_PROFILES); dockerd loads docker-default itself
+    "dev-hugepages.mount",
+    "modprobe@configfs.service",
+    "modprobe@dm_mod.service",
+    "modprobe@efi_pstore.service",
+    "modprobe@fuse.service",
+    "modprobe@loop.service",
+    "proc-sys-fs-binfmt_misc.automount",
+    "sys-fs-fuse-connections.mount",
+    "sys-kernel-config.mount",
+    "sys-kernel-debug.mount",
+    "sys-kernel-tracing.mount",
+    "systemd-binfmt.service",
+    "systemd-journal-flush.service",  # the journal stays in /run: a guest lives for one run
+    "systemd-random-seed.service",  # a seed file shared by every guest of the image credits no entropy anyway
+    "systemd-sysusers.service",  # the image's system users exist
+    "systemd-update-utmp.service",
+    "systemd-update-utmp-runlevel.service",
+)
+#: Generators systemd runs before it loads any unit, for what a benchmark guest does not have (encrypted, verity or
+#: GPT-discovered disks, SysV scripts, rc.local, hibernation, offline updates); disabled by a link to /dev/null in
+#: /etc/systemd/system-generators (systemd.generator(7)). The fstab and getty generators stay: the serial console's
+#: login prompt is what the boot watch waits for.
+UNUSED_GENERATORS = (
+    "systemd-cryptsetup-generator",
+    "systemd-debug-generator",
+    "systemd-gpt-auto-generator",
+    "systemd-hibernate-resume-generator",
+    "systemd-integritysetup-generator",
+    "systemd-rc-local-generator",
+    "systemd-run-generator",
+    "systemd-system-update-generator",
+    "systemd-sysv-generator",
+    "systemd-veritysetup-generator",
 )
 
 # Runs every boot before sshd and networkd: applies the per-guest seed disk (label cidata, dlinfra/ folder), or
@@ -87,33 +125,50 @@ while [ -z "$dev" ]; do
     [ "$i" -ge 600 ] && { echo "dlinfra-seed: no disk labelled cidata or config-2" >&2; exit 1; }
     sleep 1
 done
-# Not in /tmp: systemd-tmpfiles-setup empties /tmp at boot, beside this unit. When it ran between the mktemp and
-# the mount ("mount point does not exist"), the seed failed, the guest came up without network or sshd, and the
-# provider had to reset it (seen on busy machines, 1 boot in a few).
-mnt=$(mktemp -d /run/dlinfra-seed.XXXXXX)
+# Under QEMU TCG every program started here costs the boot's one vCPU a few tenths of a second, on the way to sshd:
+# the shell's own reads and writes do what they can (the hostname, the login's home, its groups).
+# Mounted on /mnt, not in /tmp: systemd-tmpfiles-setup empties /tmp at boot, beside this unit (a mount point made
+# there vanished on busy machines, 1 boot in a few, and the guest came up without network or sshd).
+mnt=/mnt
+[ -d "$mnt" ] || mkdir "$mnt"
 mount -o ro "$dev" "$mnt"
 s="$mnt/dlinfra"
 if [ "$label" = config-2 ]; then
     s=$(mktemp -d /run/dlinfra-seed-drive.XXXXXX)
     python3 /usr/local/lib/dlinfra/config_drive.py "$mnt" "$s" || { umount "$mnt"; exit 1; }
 fi
-install -m 0644 "$s/hostname" /etc/hostname
-hostname -F /etc/hostname
-rm -f /etc/ssh/ssh_host_*
+read -r name < "$s/hostname" || [ -n "${name:-}" ]  # (a last line without its newline still counts)
+echo "$name" > /etc/hostname
+echo "$name" > /proc/sys/kernel/hostname
+for key in /etc/ssh/ssh_host_*; do  # the image has none; a key left from an earlier boot goes
+    if [ -e "$key" ]; then rm -f /etc/ssh/ssh_host_*; fi
+    break
+done
 install -m 0600 "$s/ssh_host_ed25519_key" /etc/ssh/ssh_host_ed25519_key
 install -m 0644 "$s/ssh_host_ed25519_key.pub" /etc/ssh/ssh_host_ed25519_key.pub
-user=$(cat "$s/user")
-id "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
-home=$(getent passwd "$user" | cut -d: -f6)
+read -r user < "$s/user" || [ -n "${user:-}" ]
+# ctr-vm drives the guest's dockerd as this user (the guest is the benchmark's own, and the containers
+# themselves still run with no capabilities): a member of the docker group, where the image has one.
+docker=""
+members=""
+while IFS=: read -r group _ _ listed; do
+    if [ "$group" = docker ]; then docker=docker; members=",$listed,"; fi
+done < /etc/group
+home=""
+while IFS=: read -r login _ _ _ _ dir _; do
+    if [ "$login" = "$user" ]; then home=$dir; fi
+done < /etc/passwd
+if [ -z "$home" ]; then
+    home="/home/$user"
+    useradd --create-home --home-dir "$home" --shell /bin/bash ${docker:+--groups docker} "$user"
+elif [ -n "$docker" ]; then
+    case "$members" in *",$user,"*) ;; *) usermod -aG docker "$user" ;; esac
+fi
 install -d -m 0700 -o "$user" -g "$user" "$home/.ssh"
 install -m 0600 -o "$user" -g "$user" "$s/authorized_keys" "$home/.ssh/authorized_keys"
-# ctr-vm drives the guest's dockerd as this user (the guest is the benchmark's own, and the containers
-# themselves still run with no capabilities).
-if getent group docker >/dev/null; then usermod -aG docker "$user"; fi
 install -m 0644 "$s/10-dlinfra.network" /etc/systemd/network/10-dlinfra.network
 install -m 0644 "$s/resolv.conf" /etc/resolv.conf
 umount "$mnt"
-rmdir "$mnt"
 if [ "$label" = config-2 ]; then
     # Nobody knew this host key before the boot: print it where Nova's console API shows it, as cloud-init does
     # (straight to the console: the journal's copy carries a unit prefix that the reader does not trust).
@@ -121,7 +176,7 @@ if [ "$label" = config-2 ]; then
       echo "-----END SSH HOST KEY KEYS-----"; } > /dev/console
     rm -rf "$s"
 fi
-echo "dlinfra-seed: applied to $(cat /etc/hostname) from its $label disk"
+echo "dlinfra-seed: applied to $name from its $label disk"
 """
 #: The config drive's converter, copied into the image (stdlib only: it runs on the guest's python3).
 CONFIG_DRIVE_SEED = Path(__file__).with_name("config_drive.py")
@@ -241,7 +296,9 @@ def guest_payload_home(user: str) -> str:
 def _bake_payload(root: Path, wheelhouse: Wheelhouse, user: str) -> None:
     """Install ``wheelhouse`` for ``user`` in the rootfs the way roles/payload does on a target: from the
     controller's dependencies archive where it fits the guest's interpreter (an unpack, no pip), else with pip."""
-    _run(["chroot", str(root), "useradd", "--create-home", "--uid", "1000", "--shell", "/bin/bash", user], "useradd")
+    # In the docker group from the start (ctr-vm): the seed then has no usermod to run at every boot.
+    _run(["chroot", str(root), "useradd", "--create-home", "--uid", "1000", "--shell", "/bin/bash", "--groups",
+          "docker", user], "useradd")  # fmt: skip
     home = guest_payload_home(user)
     inside = root / home.lstrip("/")
     archive = build_deps_archive(wheelhouse)
@@ -334,13 +391,19 @@ def _preload_docker_image(root: Path, tarball: Path) -> None:
 
 
 def _skip_unused_at_boot(root: Path) -> None:
-    """What a boot would load but a benchmark guest never uses: kernel modules udev picks, AppArmor profiles."""
+    """What a boot would load but a benchmark guest never uses: kernel modules udev picks, AppArmor profiles,
+    systemd's generators (:data:`UNUSED_GENERATORS`)."""
     blacklist = "".join(f"blacklist {name}\n" for name in UNUSED_MODULES)
     (root / "etc/modprobe.d/dlinfra-guest.conf").write_text(
         f"# dlinfra: devices a benchmark guest does not use\n{blacklist}"
     )
     for name in UNUSED_APPARMOR_PROFILES:
         (root / "etc/apparmor.d" / name).unlink(missing_ok=True)
+    generators = root / "etc/systemd/system-generators"
+    generators.mkdir(parents=True, exist_ok=True)
+    for name in UNUSED_GENERATORS:
+        (generators / name).unlink(missing_ok=True)
+        (generators / name).symlink_to("/dev/null")
     _run(["systemctl", f"--root={root}", "set-default", "multi-user.target"], "booting to multi-user.target")
 
 
