@@ -60,6 +60,17 @@ def _play_hosts(tmp_path: Path, role: str, extra: dict, hosts: dict[str, dict], 
     return stats
 
 
+def _failed_tasks(output: str) -> list[str]:
+    """Each failed task's name and error: what the recap at the end of the output does not say."""
+    failed, task = [], ""
+    for line in output.splitlines():
+        if line.startswith("TASK ["):
+            task = line.rstrip(" *")
+        elif line.startswith("fatal:"):
+            failed.append(f"{task} {line[:800]}")
+    return failed
+
+
 def _play(tmp_path: Path, role: str, extra: dict, *, check: bool = False) -> dict:
     stats = _play_hosts(tmp_path, role, extra, {"localhost": {}}, check=check)
     assert stats["rc"] == 0, stats["output"][-4000:]
@@ -352,7 +363,7 @@ def test_payload_role_from_the_dependencies_archive(
             for name, folder in plays.items()
         }  # fmt: skip
         both = {name: run.result() for name, run in runs.items()}
-    assert all(r["rc"] == 0 for r in both.values()), [r["output"][-2000:] for r in both.values()]
+    assert all(r["rc"] == 0 for r in both.values()), [_failed_tasks(r["output"]) for r in both.values()]
     unpacked = [r["output"].split(task)[1].split("TASK [")[0] for r in both.values() if task in r["output"]]
     assert sum(len(re.findall(r"^changed: \[h\d\]", u, re.M)) for u in unpacked) == 1, "unpacked once for both"
     assert sorted(p.name for p in shared.iterdir()) == [archive.sha256, "wheels"], "nothing partial, no lock file"

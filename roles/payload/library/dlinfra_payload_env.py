@@ -16,10 +16,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import secrets
 import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -64,10 +66,14 @@ installed_deps: {description: The dependencies hash in its marker (inspect), typ
 fits: {description: Whether the archive fits the interpreter (inspect), type: bool, returned: inspect}
 store: {description: The store folder of this sha256, absolute (inspect), type: str, returned: inspect}
 present: {description: Whether the store holds it complete (inspect), type: bool, returned: inspect}
+archive: {description: This run's own path for the copied archive (inspect), type: str, returned: inspect}
 machine_id: {description: /etc/machine-id, to tell hosts of one machine (inspect), type: str, returned: inspect}
 """
 
 DONE = ".complete"
+#: A copied archive that no unpack removed (its play died in between) is removed by a later unpack after this long;
+#: a younger one may be another play's, being copied or waiting for the lock.
+STALE_ARCHIVE_S = 3600
 #: The store's folder of dlinfra's wheel tars, one per lock hash; the newest few are kept.
 WHEELS = "wheels"
 KEEP_WHEELS = 4
@@ -117,6 +123,9 @@ def _inspect(module: AnsibleModule, p: dict) -> dict:
         "fits": fits,
         "store": folder,
         "present": os.path.exists(os.path.join(folder, DONE)),
+        # Each play's own copy: plays of several inventories may fill one store at once, and one's clean-up must not
+        # remove the file another's copy task is still writing (a failed copy in a CI run).
+        "archive": f"{folder}.{secrets.token_hex(4)}.tar.zst",
         "machine_id": _read("/etc/machine-id"),
     }
 
@@ -158,6 +167,20 @@ def _unpack_locked(module: AnsibleModule, p: dict, folder: str, archive: str) ->
         shutil.rmtree(part, ignore_errors=True)
         if os.path.exists(archive):
             os.unlink(archive)
+        _remove_stale_archives(folder)
+
+
+def _remove_stale_archives(folder: str) -> None:
+    """The copies of plays that died between their copy and their unpack (see STALE_ARCHIVE_S)."""
+    store, name = os.path.split(folder)
+    for entry in os.listdir(store):
+        if entry.startswith(name + ".") and entry.endswith(".tar.zst"):
+            path = os.path.join(store, entry)
+            try:
+                if time.time() - os.stat(path).st_mtime > STALE_ARCHIVE_S:
+                    os.unlink(path)
+            except FileNotFoundError:  # its own play removed it meanwhile
+                pass
 
 
 def _install_wheel(module: AnsibleModule, self_tar: str, site: str) -> None:
