@@ -619,7 +619,7 @@ def _orphan_then_sweep(book: Path, artifacts: Path) -> bool:
         assert other.returncode == 0 and "nothing to sweep" in other.stdout, other.stdout + other.stderr
         if not is_running(playbook):
             return False  # neither sweep of this test stopped it: another process's did
-        if not folder.is_dir():  # another process's sweep stopped the playbook and removed the folder, or
+        if not folder.is_dir():  # only a sweep that stopped the playbook first may have removed it
             assert not is_running(playbook), "another campaign's sweep removed this one's playbook folder"
             return False
         swept = run_cli("sweep", "--campaign", campaign, timeout=120)
