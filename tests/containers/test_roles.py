@@ -71,6 +71,12 @@ def _failed_tasks(output: str) -> list[str]:
     return failed
 
 
+def _changed_in(output: str, task: str) -> int:
+    """How many hosts reported a change in the payload role's tasks whose name starts with ``task``."""
+    sections = output.split(f"TASK [payload : {task}")[1:]
+    return sum(len(re.findall(r"^changed: \[", part.split("TASK [")[0], re.M)) for part in sections)
+
+
 def _play(tmp_path: Path, role: str, extra: dict, *, check: bool = False) -> dict:
     stats = _play_hosts(tmp_path, role, extra, {"localhost": {}}, check=check)
     assert stats["rc"] == 0, stats["output"][-4000:]
@@ -324,6 +330,9 @@ def test_payload_role_from_the_dependencies_archive(
     assert len(re.findall(r"^changed: \[h\d\]", unpacking, re.M)) == 1, "one host unpacked it for both"
     assert sorted(p.name for p in store.iterdir()) == [archive.sha256, "wheels"], "unpacked once, nothing partial"
     assert [p.name for p in (store / "wheels").iterdir()] == [f"{extra['payload_lock_hash']}.tar"]
+    # The hosts see the controller's archive itself (one filesystem): unpacked where it lies, not copied, kept.
+    assert not _changed_in(first["output"], "Copy the archive"), "the archive was copied"
+    assert archive.path.is_file(), "the controller's archive is left where it was"
     copying = first["output"].split("TASK [payload : Copy dlinfra's wheel and its lock into the store")[1]
     assert len(re.findall(r"^changed: \[h\d\]", copying.split("TASK [")[0], re.M)) == 1, "one copy for both"
     for name in hosts:
@@ -348,6 +357,8 @@ def test_payload_role_from_the_dependencies_archive(
     wrong = {"payload_home": str(tmp_path / "h3"), "dlinfra_deps_store": str(tmp_path / "store3")}
     refused = _play_hosts(tmp_path, "payload", {**extra, "payload_deps_sha256": "0" * 64}, {"h3": wrong})
     assert refused["rc"] != 0 and "not " + "0" * 64 in refused["output"], refused["output"][-3000:]
+    assert _changed_in(refused["output"], "Copy the archive"), "not the controller's (its sha256 differs): copied"
+    assert archive.path.is_file(), "the controller's archive is left alone"
     left = [p.relative_to(tmp_path / "store3") for p in (tmp_path / "store3").rglob("*")]
     assert left in ([], [Path("wheels")]), f"the refused copy and any partial folder are removed: {left}"
 

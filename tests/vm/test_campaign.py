@@ -50,7 +50,7 @@ def test_vm_and_ctr_vm_cells_are_stored_emulated_and_torn_down(tmp_path: Path) -
         "name: vm-ctr-vm\n"
         f"inventory: {inventory}\n"
         "layers: [vm, ctr-vm]\n"
-        "warmup_steps: 2\nsteps: 10\ncell_timeout: 1200\n"
+        "warmup_steps: 1\nsteps: 3\ncell_timeout: 1200\n"
         "layer_options:\n"
         "  vm: {vcpus: 1, memory_mib: 2048, emulation: allow, boot_timeout: 900}\n"
         f"  ctr-vm: {{provider: docker, run_id: {RUN_ID}}}\n"

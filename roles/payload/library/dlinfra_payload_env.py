@@ -32,10 +32,12 @@ short_description: The dlinfra payload's venv from a dependencies archive (inspe
 description:
   - C(inspect) reads the installed markers, runs O(probe) with O(base_python) (unless O(marker) holds O(lock_hash))
     to see whether the archive fits, and
-    looks for O(sha256) in O(store). It creates O(home), O(store) and its C(wheels) folder where they are missing, and
-    changes nothing else.
-  - C(unpack) checks the copied O(archive) against O(sha256), unpacks it into C(store/sha256) by way of a partial
-    folder moved into place, and removes the copy.
+    looks for O(sha256) in O(store). Where the store lacks it, it also looks for the controller's O(archive) at its
+    own path on the target (the hosts of a local testbed share the controller's filesystem): a readable file of
+    that sha256 is unpacked where it lies, not copied. It creates O(home), O(store) and its C(wheels) folder where
+    they are missing, and changes nothing else.
+  - C(unpack) checks O(archive) against O(sha256), unpacks it into C(store/sha256) by way of a partial
+    folder moved into place, and removes it unless O(in_place) (the controller's own file).
   - C(install) creates O(venv) without pip (unless O(self_only) and it is there), points it at C(store/sha256) with a
     C(.pth) file, unpacks dlinfra's wheel from O(self_tar) after checking it against the tar's C(dlinfra.lock),
     writes the markers, and removes all but the newest few wheel tars of the store (never O(self_tar)).
@@ -51,7 +53,9 @@ options:
   base_python: {description: Interpreter that creates the venv., type: str, default: python3}
   probe: {description: Python code whose output tells whether the archive fits., type: str, default: ""}
   fits: {description: What O(probe) prints when it fits; empty means never., type: str, default: ""}
-  archive: {description: The copied archive (unpack)., type: str, default: ""}
+  archive: {description: "The controller's archive (inspect: looked for on the target), or the one to unpack.",
+      type: str, default: ""}
+  in_place: {description: O(archive) is the controller's own file (unpack keeps it)., type: bool, default: false}
   venv: {description: The payload venv (install)., type: str, default: ""}
   site: {description: The venv's site-packages, relative to it (install)., type: str, default: ""}
   self_tar: {description: "The tar of dlinfra's wheel and dlinfra.lock in the store's wheels folder (install); the
@@ -66,7 +70,10 @@ installed_deps: {description: The dependencies hash in its marker (inspect), typ
 fits: {description: Whether the archive fits the interpreter (inspect), type: bool, returned: inspect}
 store: {description: The store folder of this sha256, absolute (inspect), type: str, returned: inspect}
 present: {description: Whether the store holds it complete (inspect), type: bool, returned: inspect}
-archive: {description: This run's own path for the copied archive (inspect), type: str, returned: inspect}
+archive: {description: "The archive to unpack: the controller's own where the target sees it, else this run's
+    own path for the copy (inspect)", type: str, returned: inspect}
+in_place: {description: Whether O(archive) is the controller's own file, seen on the target (inspect), type: bool,
+    returned: inspect}
 machine_id: {description: /etc/machine-id, to tell hosts of one machine (inspect), type: str, returned: inspect}
 """
 
@@ -111,6 +118,8 @@ def _inspect(module: AnsibleModule, p: dict) -> dict:
             fits = proc.returncode == 0 and proc.stdout.strip() == p["fits"]
         except (OSError, subprocess.TimeoutExpired):
             fits = False
+    present = os.path.exists(os.path.join(folder, DONE))
+    in_place = fits and not present and _is_archive(os.path.expanduser(p["archive"]), p["sha256"])
     made = False
     for path in (os.path.expanduser(p["home"]), store, os.path.join(store, WHEELS)) if fits else ():  # written next
         if path and not os.path.isdir(path):
@@ -122,12 +131,26 @@ def _inspect(module: AnsibleModule, p: dict) -> dict:
         "installed_deps": _read(p["deps_marker"]),
         "fits": fits,
         "store": folder,
-        "present": os.path.exists(os.path.join(folder, DONE)),
-        # Each play's own copy: plays of several inventories may fill one store at once, and one's clean-up must not
-        # remove the file another's copy task is still writing (a failed copy in a CI run).
-        "archive": f"{folder}.{secrets.token_hex(4)}.tar.zst",
+        "present": present,
+        # Else each play's own copy: plays of several inventories may fill one store at once, and one's clean-up must
+        # not remove the file another's copy task is still writing (a failed copy in a CI run).
+        "archive": os.path.expanduser(p["archive"]) if in_place else f"{folder}.{secrets.token_hex(4)}.tar.zst",
+        "in_place": in_place,
         "machine_id": _read("/etc/machine-id"),
     }
+
+
+def _is_archive(path: str, sha256: str) -> bool:
+    """Whether ``path`` is a readable file of this sha256: the controller's archive, seen where it lies.
+
+    Why: a local testbed's hosts are slices of the controller's machine; copying its 280 MB archive to the same
+    disk through Ansible cost each testbed half a minute and much of the controller's CPU."""
+    if not path or not os.path.isfile(path) or not os.access(path, os.R_OK):
+        return False
+    try:
+        return _sha256(path) == sha256
+    except OSError:
+        return False
 
 
 def _unpack(module: AnsibleModule, p: dict) -> dict:
@@ -152,7 +175,7 @@ def _unpack_locked(module: AnsibleModule, p: dict, folder: str, archive: str) ->
             return {"changed": False}
         found = _sha256(archive)
         if found != p["sha256"]:
-            module.fail_json(msg=f"the dependencies archive copied to {archive} has sha256 {found}, not {p['sha256']}")
+            module.fail_json(msg=f"the dependencies archive {archive} has sha256 {found}, not {p['sha256']}")
         shutil.rmtree(part, ignore_errors=True)
         os.makedirs(part)
         proc = subprocess.run(["tar", "--zstd", "-xf", archive, "-C", part], capture_output=True, text=True)
@@ -165,7 +188,7 @@ def _unpack_locked(module: AnsibleModule, p: dict, folder: str, archive: str) ->
         return {"changed": True}
     finally:
         shutil.rmtree(part, ignore_errors=True)
-        if os.path.exists(archive):
+        if os.path.exists(archive) and not p["in_place"]:
             os.unlink(archive)
         _remove_stale_archives(folder)
 
@@ -245,6 +268,7 @@ def main() -> None:
             "store": {"type": "str", "required": True},
             "base_python": {"type": "str", "default": "python3"},
             "self_only": {"type": "bool", "default": False},
+            "in_place": {"type": "bool", "default": False},
             **{name: {"type": "str", "default": ""} for name in TEXT_OPTIONS},
         },
         supports_check_mode=False,
