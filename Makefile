@@ -21,6 +21,9 @@ FAST_TIER := not integration and not slow
 WORKERS := -n 2
 SUITE_WORKERS := -n 3
 TIMED := scripts/timed.sh
+# The suite stage's first worker leaves its local testbed up, deployed, for the `alone` stage to take over and take
+# down (tests/support.py: HAND_OVER): a serial stage spends no time making its own.
+HAND_OVER := dlit0
 # Where the CPU went while a stage ran, by kind of process (guests, TensorFlow, Ansible...): the suite is CPU-bound.
 CPU_BY_KIND := $(BIN)/python scripts/cpu-by-kind.py
 export DLINFRA_STAGES ?= $(abspath artifacts/stages.txt)
@@ -80,8 +83,10 @@ test:
 	@$(MAKE) --no-print-directory check
 	@$(TIMED) daemons $(MAKE) --no-print-directory daemons
 	@$(TIMED) openstack $(MAKE) --no-print-directory openstack
-	@$(TIMED) suite $(CPU_BY_KIND) $(BIN)/pytest $(SUITE_WORKERS) -m "not ($(FAST_TIER)) and not alone"
-	@$(TIMED) alone $(CPU_BY_KIND) $(BIN)/pytest -m alone
+	@$(TIMED) suite env DLINFRA_TEST_HAND_OVER=$(HAND_OVER) $(CPU_BY_KIND) $(BIN)/pytest $(SUITE_WORKERS) \
+		-m "not ($(FAST_TIER)) and not alone" || { $(BIN)/dlinfra testbed down --name $(HAND_OVER) >/dev/null; exit 1; }
+	@$(TIMED) alone env DLINFRA_TEST_HAND_OVER=$(HAND_OVER) DLINFRA_TEST_TESTBED=$(HAND_OVER) $(CPU_BY_KIND) \
+		$(BIN)/pytest -m alone
 	@$(TIMED) --summary
 
 # Every benchmark appends its figures to one file; the last line prints them as one table, goals beside them.

@@ -33,6 +33,11 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
 #: The orchestration tests' local testbed; DLINFRA_TEST_TESTBED lets two checkouts run them at once on one
 #: machine, each on its own testbed (subnets are picked apart).
 TESTBED = os.environ.get("DLINFRA_TEST_TESTBED", "dlit") + WORKER
+#: The testbed ``make test`` hands from its suite stage to its ``alone`` stage: the suite's worker whose testbed it
+#: is leaves it up (deployed, its engines holding the payload image), and the ``alone`` stage, which runs with
+#: DLINFRA_TEST_TESTBED naming it, takes it over instead of making its own: a serial stage then spends no half
+#: minute on a testbed and a deploy, nor its first ctr cell on loading the payload image.
+HAND_OVER = os.environ.get("DLINFRA_TEST_HAND_OVER", "")
 
 
 def need(available: bool, what: str) -> None:

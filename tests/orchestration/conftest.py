@@ -1,7 +1,8 @@
 """One real local testbed (3 SSH hosts in network namespaces) and one deploy, shared by the whole folder.
 
 Root is needed for namespaces; CI runs as root. The testbed is always torn
-down, and a leftover from an aborted run is removed first.
+down, and a leftover from an aborted run is removed first; but ``make test`` hands one from its suite stage to
+its ``alone`` stage (:data:`support.HAND_OVER`), which takes it over and takes it down.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import TESTBED, component, need, need_binary
+from support import HAND_OVER, TESTBED, WORKER, component, need, need_binary
 
 
 @dataclass
@@ -44,12 +45,16 @@ def bed() -> Iterator[Bed]:
     from dlinfra.testbed.local import LocalTestbed
 
     tb = LocalTestbed(TESTBED)
-    tb.down()
-    state = tb.up(3)
+    handed = TESTBED == HAND_OVER  # make test's: left up by its suite stage, taken over by its `alone` stage
+    giving = handed and bool(WORKER)
+    if not handed or giving:
+        tb.down()  # a leftover of an aborted run
+    state = tb.up(3)  # taken over: up finishes or restarts what is there
     try:
         yield Bed(tb, state, state.inventory)
     finally:
-        tb.down()
+        if not giving:
+            tb.down()
 
 
 @pytest.fixture(scope="session")
