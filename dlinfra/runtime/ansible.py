@@ -54,6 +54,9 @@ from dlinfra.transport.ssh import ANSIBLE_SSH_ARGS
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
 ROLES = ROOT / "roles"
+#: dlinfra's strategy plugin (Mitogen's linear strategy, unpinned) and where it is.
+STRATEGY = "dlinfra_mitogen_linear"
+STRATEGIES = PLAYBOOKS / "strategy_plugins"
 
 #: Set to 1 to give Ansible the controller's whole environment and keep it in the ``command`` artifact
 #: (secret values in it are still replaced by ``***``). For debugging a run that works from a shell.
@@ -186,7 +189,8 @@ def ansible_config(path: Path, forks: int = 20) -> Path:
     control = Path(tempfile.gettempdir()) / f"dlansible-{os.getuid()}"
     control.mkdir(mode=0o700, exist_ok=True)
     mitogen = mitogen_strategies()
-    strategy = [f"strategy_plugins = {mitogen}", "strategy = mitogen_linear"] if mitogen else []
+    # Mitogen's linear strategy, less its CPU pinning (playbooks/strategy_plugins says why).
+    strategy = [f"strategy_plugins = {STRATEGIES}:{mitogen}", f"strategy = {STRATEGY}"] if mitogen else []
     path.write_text(
         "\n".join(
             [

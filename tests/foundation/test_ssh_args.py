@@ -46,8 +46,10 @@ def test_runs_use_mitogens_strategy_unless_the_user_chose_ansibles_own(tmp_path,
 
     monkeypatch.delenv(STRATEGY_ENV_VAR, raising=False)
     mitogen = defaults()
-    assert mitogen["strategy"] == "mitogen_linear"
-    assert (Path(mitogen["strategy_plugins"]) / "mitogen_linear.py").is_file()
+    assert mitogen["strategy"] == "dlinfra_mitogen_linear"  # Mitogen's linear strategy, without its CPU pinning
+    folders = [Path(p) for p in mitogen["strategy_plugins"].split(":")]
+    assert [f.name for f in folders if (f / "dlinfra_mitogen_linear.py").is_file()] == ["strategy_plugins"]
+    assert any((f / "mitogen_linear.py").is_file() for f in folders)
     monkeypatch.setenv(STRATEGY_ENV_VAR, "linear")
     assert "strategy" not in defaults()
     monkeypatch.setenv(STRATEGY_ENV_VAR, "linaer")

@@ -71,6 +71,9 @@ def test_prepare_starts_stopped_daemons_then_changes_nothing(tmp_path: Path) -> 
         assert _libvirt_answers()
         assert hypervisor_ready("qemu:///system")  # and from now on reads that instead of running it
         assert subprocess.run(["pgrep", "--exact", "virtlogd"], capture_output=True).returncode == 0
+        for daemon in ("libvirtd", "virtlogd"):  # with the machine's CPUs, not the mask of a pinned Ansible process
+            pid = int(subprocess.run(["pgrep", "--exact", "--newest", daemon], capture_output=True).stdout.split()[0])
+            assert os.sched_getaffinity(pid) == os.sched_getaffinity(0), (daemon, os.sched_getaffinity(pid))
     finally:
         if not _libvirt_answers():
             prepare([controller("libvirt")])
