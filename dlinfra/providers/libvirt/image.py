@@ -551,14 +551,26 @@ KEEP_GUEST_IMAGES = 3
 
 def _load(out_dir: Path) -> GuestImage:
     keep_recent(out_dir, KEEP_GUEST_IMAGES)
+    disk = out_dir / "base.qcow2"
     return GuestImage(
-        disk=out_dir / "base.qcow2",
+        disk=disk,
         kernel=out_dir / "vmlinuz",
         initrd=out_dir / "initrd.img",
         cmdline=KERNEL_CMDLINE,
         seed_style="dlinfra",
-        key=out_dir.name,
+        key=build_key(out_dir.name, disk),
     )
+
+
+def build_key(inputs_key: str, disk: Path) -> str:
+    """The id a hypervisor's pool keeps this build under: its inputs' key and when its disk was written.
+
+    Why not the inputs' key alone: a cache emptied and built again gives the same inputs other bytes (the
+    dependencies archive baked in has a new sha256). A pool volume found under the old name then booted guests
+    whose payload no longer matched the controller's: each vm deploy copied and unpacked the 280 MB archive in
+    the emulated guest (135 s instead of seconds). A new build gets a new name, and the pool's older volume is
+    pruned as any older image's."""
+    return f"{inputs_key}-{disk.stat().st_mtime_ns:x}"
 
 
 def cloud_image(path: str | os.PathLike[str]) -> GuestImage:
