@@ -563,7 +563,8 @@ def _load(out_dir: Path) -> GuestImage:
 
 
 def build_key(inputs_key: str, disk: Path) -> str:
-    """The id a hypervisor's pool keeps this build under: its inputs' key and when its disk was written.
+    """The id a hypervisor's pool keeps this image under: what names it (the cache's inputs key, a cloud image's
+    size) and when its disk was written.
 
     Why not the inputs' key alone: a cache emptied and built again gives the same inputs other bytes (the
     dependencies archive baked in has a new sha256). A pool volume found under the old name then booted guests
@@ -581,4 +582,4 @@ def cloud_image(path: str | os.PathLike[str]) -> GuestImage:
     out = subprocess.run(["qemu-img", "info", "--output=json", str(disk)], capture_output=True, text=True)
     if out.returncode != 0:
         raise DlinfraError(f"cloud image {disk} is not a disk image qemu-img can read")
-    return GuestImage(disk=disk, seed_style="nocloud", key=f"cloud-{disk.stat().st_size}-{int(disk.stat().st_mtime)}")
+    return GuestImage(disk=disk, seed_style="nocloud", key=build_key(f"cloud-{disk.stat().st_size}", disk))
