@@ -17,7 +17,7 @@ Examples:
   dlinfra check nightly --statistic trimmed
 \b
 Exit status: 0 when every expectation holds; 1 when one fails (its 95%
-bootstrap interval is not inside the bound); 3 when none fails but some
+Welch t-interval is not inside the bound); 3 when none fails but some
 could not be checked (insufficient data: fewer than 2 runs, no baseline,
 no run matching); 2 for bad input. One line per failure on stdout, a
 summary on stderr. See docs/compare.md.

@@ -44,9 +44,9 @@ def store_from(ctx: click.Context, *, write: bool = False) -> ResultsStore:
     return open_store(root.obj.db if root.obj else None, write=write)
 
 
-#: ``--seed``: the bootstrap's RNG seed, for every command that draws intervals.
+#: ``--seed``: the seed of the drift test's random permutations (intervals are Welch t-intervals: no draws).
 seed_option = click.option(
-    "--seed", type=int, default=0, show_default=True, help="Bootstrap RNG seed (same seed, same output)."
+    "--seed", type=int, default=0, show_default=True, help="Seed of the drift test's permutations (same seed, same output)."
 )
 #: ``--statistic``: the outlier policy of every command that summarises repeats.
 statistic_option = click.option(
@@ -106,13 +106,14 @@ def open_output(out: Path, binary: bool = False) -> Iterator[IO[Any]]:
         yield handle
 
 
-def emit_report(result: Any, fmt: str, out: Path | None, view: str) -> bool:
-    """Render a report (or a comparison) as ``fmt`` to stdout, or to the file ``out``; True when written to it."""
+def emit_report(result: Any, fmt: str, out: Path | None, view: str, **layout: bool) -> bool:
+    """Render a report (or a comparison) as ``fmt`` to stdout, or to the file ``out``; True when written to it.
+    ``layout``: the terminal table's ``wide`` and ``full_config``."""
     # deferred: pulls pandas and SciPy (a second); every subcommand and 'dlinfra --help' import this module
     from dlinfra.report.render import render
 
     width = console.width if console.is_terminal and out is None else None
-    text = render(result, fmt, width=width, view=view)
+    text = render(result, fmt, width=width, view=view, **layout)
     if out is None:
         text = printable(text)  # stored names reach a terminal as text, not as escape sequences
         click.echo(text, nl=not text.endswith("\n"))

@@ -16,7 +16,7 @@ Examples:
   dlinfra compare c1 c2 --format json | jq '.views.compare'
 \b
 change_pct is (mean B - mean A) / mean A of the metric; the interval is a 95%
-bootstrap CI over repeats; the verdict says whether B is faster, slower or no
+Welch t-interval over repeats; the verdict says whether B is faster, slower or no
 different (the CI holds 0). Cells in one campaign only are listed. See docs/compare.md.
 """
 
@@ -64,7 +64,7 @@ def compare(
     threshold: float,
 ) -> None:
     """Compare campaign B against campaign A (ids, unique prefixes, names, 'latest' or
-    'latest~N'): the change of the metric per matched cell with a bootstrap 95% CI
+    'latest~N'): the change of the metric per matched cell with a 95% Welch t-interval
     and a verdict, cells that ran in one campaign only, and the metadata that differs."""
     with store_from(ctx) as store:
         from dlinfra.report.compare import build_compare  # after the store is checked: SciPy takes a second

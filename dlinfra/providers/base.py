@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlinfra import cancel
 from dlinfra.errors import SpecError
 from dlinfra.inventory import InventoryHost
-from dlinfra.providers.options import Option, check_options
+from dlinfra.providers.options import Option, check_options, with_defaults
 from dlinfra.target import Target
 from dlinfra.text import plain
 
@@ -114,6 +114,11 @@ class Provider(abc.ABC):
         check_options(cls.options, options, where)
 
     @classmethod
+    def resolved(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` with each absent one at its declared default: read ``opts["key"]``, never a second default."""
+        return with_defaults(cls.options, options)
+
+    @classmethod
     def targets_per_host(cls, options: Mapping[str, Any]) -> int:
         """How many targets ``up`` makes on each host with these options: a failed layer's cells are listed on
         that many stand-ins per host, so they keep the hashes they have when it comes up."""
@@ -124,6 +129,7 @@ class Provider(abc.ABC):
         """Make the layer's targets and return them; on failure remove what was made, then raise."""
         if self.targets:
             return self.targets
+        spec = replace(spec, options=self.resolved(spec.options))  # every step reads declared defaults
         try:
             self.create_dependencies(spec)
             targets = self.create(spec)

@@ -19,7 +19,7 @@ from typing import Any
 from dlinfra import secrets
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.providers.base import LayerSpec, Provider
-from dlinfra.providers.options import Option
+from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.runtime.ansible import LOCAL_HOST, new_ident, run_playbook
 from dlinfra.runtime.runs_registry import RunClaim, claim
 from dlinfra.runtime.sweep_report import SweepReport
@@ -79,13 +79,13 @@ class CloudProvider(Provider):
         self._cloud = ""
         self._clouds_yaml: str | None = None
         self._conn: Any = None
-        self._options: dict[str, Any] = {}
+        self._options: dict[str, Any] = self.resolved({})  # the defaults, until connect_cloud reads the spec
         self._artifacts: Path | None = None
 
     def connect_cloud(self, spec: LayerSpec) -> Any:
         """Take the layer's options and connect to the cloud they name (``cloud``, else ``$OS_CLOUD``): credentials
         only from clouds.yaml, whose path (never its content) the run records, so that a sweep reaches it too."""
-        self._options = dict(spec.options)
+        self._options = self.resolved(spec.options)
         self._artifacts = spec.artifacts_dir
         self._cloud = layer_cloud(self.layer, self.name, spec.options)
         self._clouds_yaml = os.environ.get("OS_CLIENT_CONFIG_FILE") or None
@@ -115,6 +115,12 @@ def recorded_clouds(
                 report.skip(f"run {label}: {what} in cloud {cloud}: {clouds_yaml} is gone")
             continue
         yield entry, cloud, clouds_yaml
+
+
+def cloud_option(service: str) -> Option:
+    """The ``cloud`` option of a provider whose targets ``service`` (Ironic, Nova, Zun) makes."""
+    return Option(f"the cloud of your clouds.yaml that reaches {service} (default: $OS_CLOUD)", "str",
+                  pattern=NON_EMPTY, shape="a cloud name")  # fmt: skip
 
 
 def poll_interval(what: str) -> Option:

@@ -149,6 +149,16 @@ def check_options(declared: Mapping[str, Option | str], options: Mapping[str, An
             option.check(value, f"{where}.{key}")
 
 
+def with_defaults(declared: Mapping[str, Option | str], options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with every declared option that is absent (or None) at its declared default.
+
+    Why: a default lives in its declaration only (the docs' tables are made from it); code reads
+    ``opts["key"]``, never ``opts.get("key", literal)``, so the two cannot drift (tests/providers/test_options.py).
+    """
+    defaults = {k: o.default for k, o in declared.items() if isinstance(o, Option) and o.default is not None}
+    return {**defaults, **{k: v for k, v in options.items() if v is not None}}
+
+
 def option_rows(declared: Mapping[str, Option | str]) -> list[tuple[str, str, str, str]]:
     """(name, what it must be, default, help) per option, as the docs' tables show them (YAML's spelling)."""
     rows = []

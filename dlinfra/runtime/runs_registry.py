@@ -27,7 +27,6 @@ import re
 import socket
 import stat
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,6 +35,7 @@ from typing import Any
 
 from dlinfra.cache import cache_root
 from dlinfra.errors import DlinfraError
+from dlinfra.runtime.wait import WaitTimedOut, wait_for
 
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _GUARD = threading.RLock()
@@ -172,17 +172,14 @@ def _lock(path: Path, *, wait_s: float, create: bool = True) -> int | None:
 
     ``create=False``: a file that is not there (any more) raises FileNotFoundError instead of being made.
     """
-    deadline = time.monotonic() + wait_s
-    while True:
+
+    def locked() -> int | None:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0), 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.2)
-            continue
+            return None
         try:  # a sweep may have removed the file between our open and our lock: then lock a fresh one
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
@@ -192,6 +189,12 @@ def _lock(path: Path, *, wait_s: float, create: bool = True) -> int | None:
         os.close(fd)
         if not create:
             raise FileNotFoundError(path)
+        return None
+
+    try:  # not cancellable: a teardown takes locks too
+        return wait_for(f"the lock on {path}", locked, timeout=wait_s, interval=0.2, cancellable=False)
+    except WaitTimedOut:
+        return None
 
 
 def _info(label: str, path: Path, data: dict[str, Any]) -> RunInfo:

@@ -30,7 +30,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -38,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from dlinfra.errors import DlinfraError
+from dlinfra.runtime.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_VAR = "DLINFRA_OPENSTACK_VENV"
@@ -192,26 +192,22 @@ class IronicService:
         return self
 
     def _wait_api(self) -> None:
-        deadline = time.monotonic() + self.start_timeout
         url = f"{self.endpoint}/v1"
-        while True:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise DlinfraError(
-                    f"ironic exited with status {self.proc.returncode} before its API answered",
-                    f"see {self.log}",
-                )
+
+        def answers() -> bool:
             try:
                 with urllib.request.urlopen(url, timeout=2) as reply:  # noqa: S310 - our own loopback URL
-                    if reply.status == 200:
-                        return
+                    return bool(reply.status == 200)
             except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise DlinfraError(
-                    f"ironic's API at {url} did not answer in {self.start_timeout:.0f} s", f"see {self.log}"
-                )
-            time.sleep(0.2)
+                return False
+
+        def exited() -> str | None:
+            assert self.proc is not None
+            code = self.proc.poll()
+            return None if code is None else f"ironic exited with status {code} before its API answered"
+
+        wait_for(f"ironic's API at {url}", answers, timeout=self.start_timeout, interval=0.2, give_up=exited,
+                 hint=f"see {self.log}")  # fmt: skip
 
     def stop(self) -> None:
         """End the ironic process group (TERM, then KILL after 15 s); idempotent."""

@@ -23,7 +23,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -593,16 +592,16 @@ def _kill_netns(netns: str) -> None:
     """SIGKILL every process inside ``netns`` (only processes in *our* namespace, by pid)."""
     if not _netns_exists(netns):
         return
-    for _ in range(20):
+
+    def none_left() -> bool:
         pids = [int(p) for p in _run(["ip", "netns", "pids", netns], check=False).stdout.split()]
-        if not pids:
-            return
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
+        return not pids
+
+    with contextlib.suppress(WaitTimedOut):  # best effort: removing the namespace says what still holds it
+        wait_for(f"the processes of {netns} to die", none_left, timeout=5, interval=0.05, cancellable=False)
 
 
 def _daemon_bases() -> tuple[Path, Path]:

@@ -476,13 +476,13 @@ class OpenStackServices:
                 with contextlib.suppress(Exception):
                     list(conn.network.ports())
                     break
-            while True:  # the API lists a hypervisor only once its host is mapped to a cell
+
+            def mapped() -> bool:  # the API lists a hypervisor only once its host is mapped to a cell
                 self._run("nova-manage cell_v2 discover_hosts", [*manage, "cell_v2", "discover_hosts"])
-                if list(conn.compute.hypervisors()):
-                    break
-                if time.monotonic() > self._deadline:
-                    raise DlinfraError("openstack testbed: the fake compute node never showed up in Nova")
-                time.sleep(0.5)
+                return bool(list(conn.compute.hypervisors()))
+
+            wait_for("openstack testbed: the fake compute node in Nova", mapped,
+                     timeout=max(self._deadline - time.monotonic(), 0.0), interval=0.5)  # fmt: skip
         finally:
             conn.close()
 

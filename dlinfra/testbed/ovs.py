@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 from dlinfra.errors import DlinfraError
+from dlinfra.runtime.wait import wait_for
 
 DB = Path("/etc/openvswitch/conf.db")
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
@@ -66,7 +66,7 @@ def ensure_bridge(gateway: str) -> bool:
         _ovs("ovs-vsctl", "--no-wait", "set", "Open_vSwitch", ".", "other_config:userspace-tso-enable=true")
         if _answers("ovs-vswitchd"):
             _ovs("ovs-appctl", "-t", "ovs-vswitchd", "exit")
-            time.sleep(1)
+            wait_for("ovs-vswitchd to exit", lambda: not _answers("ovs-vswitchd"), timeout=10, interval=0.2)
     if not _answers("ovs-vswitchd"):
         _ovs("ovs-vswitchd", "--pidfile", "--detach", "--log-file")
     for bridge in (BRIDGE, PHYSICAL_BRIDGE):
@@ -75,10 +75,10 @@ def ensure_bridge(gateway: str) -> bool:
         _ovs("ovs-vsctl", "del-port", BRIDGE, HOST_PORT)
     _ovs("ovs-vsctl", "--may-exist", "add-port", PHYSICAL_BRIDGE, HOST_PORT, "--", "set", "interface", HOST_PORT,
          "type=internal")  # fmt: skip
-    for _ in range(50):  # the internal port's tap appears once ovs-vswitchd has it
-        if Path(f"/sys/class/net/{HOST_PORT}").exists():
-            break
-        time.sleep(0.1)
+    wait_for(  # the internal port's tap appears once ovs-vswitchd has it
+        f"Open vSwitch's internal port {HOST_PORT}", Path(f"/sys/class/net/{HOST_PORT}").exists, timeout=10,
+        interval=0.1, hint="see ovs-vswitchd's log (ovs-appctl -t ovs-vswitchd vlog/list)",
+    )  # fmt: skip
     _ovs("ip", "addr", "replace", gateway, "dev", HOST_PORT)
     _ovs("ip", "link", "set", HOST_PORT, "up")
     return started

@@ -3,8 +3,10 @@ naming what was awaited, a reason to stop waiting ends it early, and a stopped c
 
 from __future__ import annotations
 
+import ast
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +57,41 @@ def _raises(exc: Exception):
         raise exc
 
     return action
+
+
+#: Loops that sleep and are no wait: each with why. The payload keeps waits of its own (it may import nothing of
+#: the controller's; dlinfra/payload/control.py documents them).
+NOT_WAITS = {
+    "dlinfra/runtime/progress.py": "the heartbeat ticks every second while a phase runs; it awaits nothing",
+}
+
+
+def _sleeping_loops(path: Path) -> list[int]:
+    """Lines of the ``while``/``for`` loops in ``path`` whose body calls ``time.sleep``."""
+    found = []
+    for loop in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(loop, ast.While | ast.For):
+            continue
+        for node in (n for stmt in loop.body for n in ast.walk(stmt)):
+            func = node.func if isinstance(node, ast.Call) else None
+            if isinstance(func, ast.Attribute) and func.attr == "sleep" and getattr(func.value, "id", "") == "time":
+                found.append(loop.lineno)
+                break
+    return found
+
+
+def test_every_poll_goes_through_the_wait_helper() -> None:
+    """A loop that sleeps until something comes is written with wait_for or retry_until, which give it a
+    deadline, a name in its messages and a cancel check; a new hand-written one fails here."""
+    root = Path(__file__).resolve().parents[2]
+    package = root / "dlinfra"
+    loose = [
+        f"{path.relative_to(root)}:{line}"
+        for path in sorted(package.rglob("*.py"))
+        if package / "payload" not in path.parents and path.name != "wait.py"
+        and str(path.relative_to(root)) not in NOT_WAITS
+        for line in _sleeping_loops(path)
+    ]  # fmt: skip
+    assert not loose, f"hand-written wait loops (use dlinfra.runtime.wait): {loose}"
+    gone = [name for name in NOT_WAITS if not _sleeping_loops(root / name)]
+    assert not gone, f"the exception list names loops that are gone: {gone}"

@@ -80,3 +80,37 @@ def test_the_spec_loader_knows_no_providers_option_names() -> None:
     tree = ast.parse((REPO / "dlinfra" / "orchestration" / "spec.py").read_text())
     literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     assert not options & literals, sorted(options & literals)
+
+
+def _restated_defaults(source: str) -> list[str]:
+    """``OPTS.get("key", literal)`` calls on a mapping of options: a default written a second time."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"):
+            continue
+        if len(node.args) != 2 or not isinstance(node.args[0], ast.Constant) or not isinstance(node.args[0].value, str):
+            continue
+        receiver = ast.unparse(node.func.value)
+        if "opt" in receiver.lower() and isinstance(node.args[1], ast.Constant | ast.UnaryOp):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_providers_read_option_defaults_from_their_declarations() -> None:
+    """A default lives in the option's declaration (which the docs show), read through Provider.resolved; a
+    provider that writes it again where it reads the option fails here."""
+    restated = {
+        str(path.relative_to(REPO)): hits
+        for path in sorted((REPO / "dlinfra" / "providers").rglob("*.py"))
+        if (hits := _restated_defaults(path.read_text()))
+    }
+    assert not restated, f"read these through the declared defaults (opts['key']): {restated}"
+    assert _restated_defaults('x = self._options.get("poll_interval", 1.0)'), "the scan finds a restated default"
+
+
+def test_absent_options_take_their_declared_defaults() -> None:
+    ironic = shipped_providers()["ironic"]
+    resolved = ironic.resolved({"deploy_timeout": 60, "count": None})
+    assert resolved["deploy_timeout"] == 60  # given
+    assert resolved["count"] == ironic.options["count"].default == 1  # None is absent
+    assert resolved["poll_interval"] == 1.0 and "resource_class" not in resolved  # no default: still absent

@@ -188,11 +188,12 @@ class ContainerProvider(Provider):
                 f"write provider: {options['engine']} instead of engine: {options['engine']}",
             )
         super().validate(layer, options, where)
+        opts = cls.resolved(options)
         try:
-            NetworkMode.parse(str(options.get("network", "host")))
+            NetworkMode.parse(str(opts["network"]))
         except DlinfraError as exc:
             raise SpecError(f"{where}.network: {exc.message}", exc.hint) from None
-        if options.get("placement") == "single" and options.get("processes_per_host", 1) != 1:
+        if opts["placement"] == "single" and opts["processes_per_host"] != 1:
             raise SpecError(f"{where}: placement single runs one process per host", "use spread or pack")
         try:
             Resources(
@@ -209,16 +210,16 @@ class ContainerProvider(Provider):
 
     @classmethod
     def targets_per_host(cls, options: Mapping[str, Any]) -> int:
-        count = options.get("processes_per_host", 1)
-        if options.get("placement") in ("single", "pack") or not isinstance(count, int) or count < 1:
+        opts = cls.resolved(options)
+        count = opts["processes_per_host"]
+        if opts["placement"] in ("single", "pack") or not isinstance(count, int) or count < 1:
             return 1
         return count
 
     def _options(self, spec: LayerSpec) -> dict[str, Any]:
         self.validate(self.layer, spec.options, f"layer_options.{self.layer}")
-        opts = dict(spec.options)
-        opts["placement"] = opts.get("placement", "spread")
-        opts["network_mode"] = NetworkMode.parse(str(opts.get("network", "host")))
+        opts = self.resolved(spec.options)
+        opts["network_mode"] = NetworkMode.parse(str(opts["network"]))
         opts["run_id"] = str(opts.get("run_id") or secrets.token_hex(4))
         return opts
 
@@ -343,9 +344,9 @@ class ContainerProvider(Provider):
         """One container per host (spread: processes_per_host of them), each pinned to its CPU chunk: one up play."""
         opts, hosts, images, run_id = self._opts, self._chosen, self._images, str(self.run_id)
         network: NetworkMode = opts["network_mode"]
-        n = 1 if opts["placement"] == "single" else int(opts.get("processes_per_host", 1))
+        n = 1 if opts["placement"] == "single" else int(opts["processes_per_host"])
         per_host = 1 if opts["placement"] == "pack" else n
-        port_base = int(opts.get("port_base", 23000))
+        port_base = int(opts["port_base"])
         # Enough for a cell whose processes all land in one container, plus the chief's control port.
         enough = max(2, spec.processes_per_cell + 1) if network.kind == "bridge" else 0
         ports_each = int(opts.get("ports_per_container", enough))
@@ -355,7 +356,7 @@ class ContainerProvider(Provider):
         for host, he in zip(hosts, self.hosts, strict=True):
             he.results_root = self._results_root(he, host, run_id)
             cpus = list(host.cpus)
-            chunks = split_cpuset(cpus, per_host) if cpus and (opts.get("pin", True) or per_host == 1) else []
+            chunks = split_cpuset(cpus, per_host) if cpus and (opts["pin"] or per_host == 1) else []
             mine: list[tuple[ContainerSpec, list[int], tuple[int, ...]]] = []
             for i in range(per_host):
                 chunk = chunks[i] if chunks else (cpus if per_host == 1 else [])

@@ -46,7 +46,7 @@ from dlinfra.providers.ironic.nodes import (
     undeploy,
     wait_for_state,
 )
-from dlinfra.providers.openstack_cloud import CloudProvider, connect, poll_interval
+from dlinfra.providers.openstack_cloud import CloudProvider, cloud_option, connect, poll_interval
 from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
 from dlinfra.runtime.progress import note
@@ -72,8 +72,7 @@ class IronicProvider(CloudProvider):
     name = "ironic"
     layers: ClassVar[Mapping[str, str | None]] = {"bm": None}
     options: ClassVar[Mapping[str, Option]] = {
-        "cloud": Option("the cloud of your clouds.yaml that reaches Ironic (default: $OS_CLOUD)", "str",
-                        pattern=NON_EMPTY, shape="a cloud name"),
+        "cloud": cloud_option("Ironic"),
         "nodes": Option("node names or UUIDs to deploy (each reached as the inventory host of that name)", "list"),
         "resource_class": Option("take `count` available nodes of this resource class instead of naming them",
                                  "str", pattern=NON_EMPTY, shape="a resource class name"),
@@ -136,7 +135,7 @@ class IronicProvider(CloudProvider):
         nodes = self._resolve_nodes(spec.options)
         self._cloud_host = spec.hosts[0] if len(spec.hosts) == 1 else None
         self._picked = [(node, self._host_for(node, spec)) for node in nodes]
-        deploys = spec.options.get("config_drive", True) and not spec.options.get("adopt")
+        deploys = spec.options["config_drive"] and not spec.options.get("adopt")
         self._drive_keys = self._config_drive_keys(spec) if deploys else None
         self.claim_run()
         for node, _host in self._picked:
@@ -158,7 +157,7 @@ class IronicProvider(CloudProvider):
                         )
                     found.append(node)
             else:
-                rclass, count = str(options["resource_class"]), int(options.get("count", 1))
+                rclass, count = str(options["resource_class"]), int(options["count"])
                 taken = taken_by_live_runs()
                 candidates = [
                     n
@@ -277,7 +276,7 @@ class IronicProvider(CloudProvider):
         device as they were (Ironic skips the boot device while adopting, on purpose); a deploy would leave both
         set, so dlinfra sets them through Ironic once the node is active."""
         baremetal = self._conn.baremetal
-        timeout = float(spec.options.get("deploy_timeout", 1800))
+        timeout = float(spec.options["deploy_timeout"])
         names = {n.id: n.name or n.id for n, _h in self._picked}
         states = {n.id: node_state(self._conn, n.id).provision_state for n, _h in self._picked}
         step = ""
@@ -289,7 +288,7 @@ class IronicProvider(CloudProvider):
                 step = f"node {names[node_id]}: instance_info, adopt"
                 baremetal.update_node(node_id, instance_info=dict(spec.options.get("instance_info") or {}))
                 baremetal.set_node_provision_state(node_id, "adopt")
-            wait_for_state(self._conn, names, "active", timeout, float(spec.options.get("poll_interval", 1.0)),
+            wait_for_state(self._conn, names, "active", timeout, float(spec.options["poll_interval"]),
                            "adopt")  # fmt: skip
             for node_id, name in names.items():
                 if node_state(self._conn, node_id).power_state != "power on":
@@ -333,15 +332,15 @@ class IronicProvider(CloudProvider):
             self._conn,
             {n.id: n.name or n.id for n, _h in self._picked},
             "active",
-            float(spec.options.get("deploy_timeout", 1800)),
-            float(spec.options.get("poll_interval", 1.0)),
+            float(spec.options["deploy_timeout"]),
+            float(spec.options["poll_interval"]),
             "deploy",
         )
 
     def wait_ready(self, targets: list[Target]) -> None:
         """Each deployed machine answers SSH (host key checked) and gives its facts; retried while it boots."""
-        timeout = float(self._options.get("deploy_timeout", 1800))
-        interval = max(float(self._options.get("poll_interval", 1.0)), 0.5)
+        timeout = float(self._options["deploy_timeout"])
+        interval = max(float(self._options["poll_interval"]), 0.5)
 
         def ready(target: Target) -> Target:  # SSH refuses while the machine boots
             what = f"ironic: {target.name} deployed but does not answer SSH"
@@ -362,8 +361,8 @@ class IronicProvider(CloudProvider):
                 self._clouds_yaml,
                 dict(self._recorded),
                 label=self.run_label,
-                timeout=max(float(self._options.get("deploy_timeout", 1800)), SETTLE_TIMEOUT_S),
-                interval=float(self._options.get("poll_interval", 1.0)),
+                timeout=max(float(self._options["deploy_timeout"]), SETTLE_TIMEOUT_S),
+                interval=float(self._options["poll_interval"]),
                 artifacts_dir=self._artifacts,
             )
         self._recorded = {}

@@ -28,7 +28,7 @@ import socket
 import subprocess
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,6 +65,7 @@ from dlinfra.providers.libvirt.spec import GuestSpec, check_provider_options
 from dlinfra.runtime.ansible import LOCAL_HOST, PlaybookResult, new_ident, run_playbook
 from dlinfra.runtime.progress import note, say
 from dlinfra.runtime.runs_registry import RunClaim, claim, machine_lock
+from dlinfra.runtime.wait import WaitTimedOut, wait_for
 
 if TYPE_CHECKING:
     import libvirt
@@ -594,7 +595,6 @@ class Hypervisor:
         does the same after the reset; what the host sees of its address is in the messages.
         """
         started = time.monotonic()
-        deadline = started + self.boot_timeout
         watch = ConsoleWatch(Path(plan.serial_log)) if plan.serial_log else None
         if watch is not None:
             self.consoles[target.name] = watch  # kept after teardown: what the guest showed, for errors and tests
@@ -607,60 +607,71 @@ class Hypervisor:
             watch.poll()
             return watch.shows
 
-        last = ""
-        while time.monotonic() < deadline:
-            cancel.check()  # the campaign was stopped while this layer came up
-            if watch is not None:
-                watch.poll()
-                accel = "KVM" if plan.virt_type == "kvm" else "QEMU TCG"
-                note(f"waiting for guest {target.name} ({accel}) to answer SSH at {target.address}; {watch.shows}")
-                if check_stall and kvm_stalled(watch, started):
-                    raise _KvmStall(watch.shows, time.monotonic() - started)
-            dom = self.conn.lookupByName(plan.domain_name)
-            if not dom.isActive():
-                raise TargetError(f"{self.host}: guest {target.name} stopped while booting", console())
-            if watch is not None and plan.kernel is not None and ssh_overdue(watch):
-                if not may_reset:  # reset once already, and the same again: waiting longer would not help
-                    raise TargetError(
-                        f"{self.host}: guest {target.name} did not answer SSH at {target.address} "
-                        f"{SSH_AFTER_LOGIN_S:.0f} s after its login prompt, before and after a reset "
-                        f"({last or 'port closed'}; {self._seen_at(target)})",
-                        console(),
-                    )
-                kept = self._keep_serial_log(plan)
-                say(
-                    f"{self.host}: guest {target.name} showed its login prompt {SSH_AFTER_LOGIN_S:.0f} s ago and "
-                    f"does not answer SSH at {target.address} ({self._seen_at(target)}); resetting it once"
-                    + (f" (its first boot's console: {kept})" if kept else "")
-                )
-                watch.forget_prompt()
-                dom.reset(0)
-                self.timings["boot_resets"] = self.timings.get("boot_resets", 0) + 1
-                may_reset = False
-            try:
-                with socket.create_connection((target.address, target.port), timeout=3):
-                    pass
-            except OSError:
-                time.sleep(1)
-                continue
-            result = subprocess.run(ssh_argv(target, ["true"]), capture_output=True, text=True, timeout=60)
-            if result.returncode == 0:
-                return
-            last = result.stderr.strip().splitlines()[-1:] and result.stderr.strip().splitlines()[-1]
-            if "host key verification failed" in result.stderr.lower() or "REMOTE HOST IDENTIFICATION" in result.stderr:
-                raise TargetError(
-                    f"{self.host}: guest {target.name} at {target.address} offers a host key that is "
-                    "not the one dlinfra seeded",
-                    "someone else holds that address; check the network",
-                )
-            time.sleep(2)
-        if check_stall and watch is not None and not watch.in_userspace:
-            raise _KvmStall(watch.shows, time.monotonic() - started)
-        raise TargetError(
-            f"{self.host}: guest {target.name} did not answer SSH at {target.address} within "
-            f"{self.boot_timeout:.0f} s ({last or 'port closed'}; {self._seen_at(target)})",
-            console(),
+        boot = _SshWait(target, plan, watch, started, check_stall, may_reset, console)
+        try:
+            wait_for(f"guest {target.name} to answer SSH", lambda: self._answers_ssh(boot), timeout=self.boot_timeout,
+                     interval=1.0)  # fmt: skip
+        except WaitTimedOut:
+            if check_stall and watch is not None and not watch.in_userspace:
+                raise _KvmStall(watch.shows, time.monotonic() - started) from None
+            raise TargetError(
+                f"{self.host}: guest {target.name} did not answer SSH at {target.address} within "
+                f"{self.boot_timeout:.0f} s ({boot.last or 'port closed'}; {self._seen_at(target)})",
+                console(),
+            ) from None
+
+    def _answers_ssh(self, boot: _SshWait) -> bool:
+        """One look at a booting guest (see :meth:`_wait_ssh`): True once it answers SSH with our host key."""
+        target, plan, watch = boot.target, boot.plan, boot.watch
+        if watch is not None:
+            watch.poll()
+            accel = "KVM" if plan.virt_type == "kvm" else "QEMU TCG"
+            note(f"waiting for guest {target.name} ({accel}) to answer SSH at {target.address}; {watch.shows}")
+            if boot.check_stall and kvm_stalled(watch, boot.started):
+                raise _KvmStall(watch.shows, time.monotonic() - boot.started)
+        dom = self.conn.lookupByName(plan.domain_name)
+        if not dom.isActive():
+            raise TargetError(f"{self.host}: guest {target.name} stopped while booting", boot.console())
+        if watch is not None and plan.kernel is not None and ssh_overdue(watch):
+            self._reset_once(boot, dom)
+        try:
+            with socket.create_connection((target.address, target.port), timeout=3):
+                pass
+        except OSError:
+            return False
+        result = subprocess.run(ssh_argv(target, ["true"]), capture_output=True, text=True, timeout=60)
+        if result.returncode == 0:
+            return True
+        boot.last = result.stderr.strip().splitlines()[-1:] and result.stderr.strip().splitlines()[-1]
+        if "host key verification failed" in result.stderr.lower() or "REMOTE HOST IDENTIFICATION" in result.stderr:
+            raise TargetError(
+                f"{self.host}: guest {target.name} at {target.address} offers a host key that is "
+                "not the one dlinfra seeded",
+                "someone else holds that address; check the network",
+            )
+        return False
+
+    def _reset_once(self, boot: _SshWait, dom: Any) -> None:
+        """A guest that shows its login prompt and does not answer SSH is reset once; the second time it fails."""
+        target, watch = boot.target, boot.watch
+        assert watch is not None
+        if not boot.may_reset:  # reset once already, and the same again: waiting longer would not help
+            raise TargetError(
+                f"{self.host}: guest {target.name} did not answer SSH at {target.address} "
+                f"{SSH_AFTER_LOGIN_S:.0f} s after its login prompt, before and after a reset "
+                f"({boot.last or 'port closed'}; {self._seen_at(target)})",
+                boot.console(),
+            )
+        kept = self._keep_serial_log(boot.plan)
+        say(
+            f"{self.host}: guest {target.name} showed its login prompt {SSH_AFTER_LOGIN_S:.0f} s ago and "
+            f"does not answer SSH at {target.address} ({self._seen_at(target)}); resetting it once"
+            + (f" (its first boot's console: {kept})" if kept else "")
         )
+        watch.forget_prompt()
+        dom.reset(0)
+        self.timings["boot_resets"] = self.timings.get("boot_resets", 0) + 1
+        boot.may_reset = False
 
     def _keep_serial_log(self, plan: DomainPlan) -> Path | None:
         """Copy what the guest printed before its reset into the campaign's artifacts (the serial log itself goes
@@ -717,6 +728,20 @@ class Hypervisor:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+@dataclass
+class _SshWait:
+    """What one guest's SSH wait keeps between looks: what it watches, and what it saw and did so far."""
+
+    target: Target
+    plan: DomainPlan
+    watch: ConsoleWatch | None
+    started: float
+    check_stall: bool
+    may_reset: bool
+    console: Callable[[], str]
+    last: str = ""
 
 
 class _KvmStall(Exception):

@@ -5,7 +5,6 @@ what the run registry recorded of it. The provider's ``down`` and ``dlinfra swee
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from dlinfra.errors import TargetError
 from dlinfra.providers.libvirt.seed import make_client_key
 from dlinfra.providers.openstack_cloud import run_cloud_playbook
 from dlinfra.runtime.runs_registry import recorded_objects, runs_dir
+from dlinfra.runtime.wait import WaitTimedOut, wait_for
 
 #: The run registry's entry kinds: the run's Nova objects (one entry), and one image it uploads.
 RUN_KIND = "nova-run"
@@ -89,23 +89,33 @@ def remove_run(
                      "nova_keypair": flavor if left["keypair"] else "", "nova_images": found}  # fmt: skip
         run_nova_playbook("down.yml", cloud, extravars, label=label, clouds_yaml=clouds_yaml,
                           artifacts_dir=artifacts_dir)  # fmt: skip
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
     retries = DELETE_RETRIES
-    while remaining := run_servers(conn, prefix, label):
+    remaining: list[Any] = []
+    stuck: list[str] = []  # why waiting longer is pointless: a delete that failed again
+
+    def gone() -> bool:
+        nonlocal retries
+        remaining[:] = run_servers(conn, prefix, label)
         failed = [s for s in remaining if s.status == "ERROR" and not s.task_state]
-        if failed and retries:  # a delete that failed in the compute service leaves the server in ERROR: ask again
+        if failed and not retries:
+            stuck[:] = ["deleted in ERROR, and again"]
+        elif failed:  # a delete that failed in the compute service leaves the server in ERROR: ask again
             retries -= 1
             again = {"nova_servers": [{"id": s.id, "name": s.name} for s in failed], "nova_flavor": "",
                      "nova_keypair": "", "nova_images": []}  # fmt: skip
             run_nova_playbook("down.yml", cloud, again, label=label, clouds_yaml=clouds_yaml,
                               artifacts_dir=artifacts_dir)  # fmt: skip
-        elif time.monotonic() > deadline or failed:
-            names = "; ".join(f"{s.name} {s.status}: {(s.fault or {}).get('message', '')}" for s in remaining)
-            raise TargetError(
-                f"nova: servers of run {label} still listed after delete: {names}",
-                f"dlinfra sweep --run {label} tries again; see openstack server show",
-            )
-        time.sleep(interval)
+        return not remaining
+
+    try:  # a teardown: not cancelled by a stopping campaign
+        wait_for(f"nova: servers of run {label} gone", gone, timeout=SETTLE_TIMEOUT_S, interval=interval,
+                 cancellable=False, give_up=lambda: stuck[0] if stuck else None)  # fmt: skip
+    except WaitTimedOut:
+        names = "; ".join(f"{s.name} {s.status}: {(s.fault or {}).get('message', '')}" for s in remaining)
+        raise TargetError(
+            f"nova: servers of run {label} still listed after delete: {names}",
+            f"dlinfra sweep --run {label} tries again; see openstack server show",
+        ) from None
 
 
 def recorded_runs() -> dict[str, list[dict[str, Any]]]:

@@ -54,7 +54,7 @@ from dlinfra.providers.nova.cloud import (
     run_servers,
 )
 from dlinfra.providers.nova.servers import host_keys_from_console, server_address, wait_active
-from dlinfra.providers.openstack_cloud import CloudProvider, connect, poll_interval, recorded_clouds
+from dlinfra.providers.openstack_cloud import CloudProvider, cloud_option, connect, poll_interval, recorded_clouds
 from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.providers.ssh.provider import read_facts, target_from_host
 from dlinfra.runtime.wait import retry_until
@@ -98,8 +98,7 @@ class NovaProvider(CloudProvider):
     name = "nova"
     layers: ClassVar[Mapping[str, str | None]] = {"vm": None}
     options: ClassVar[Mapping[str, Option]] = {
-        "cloud": Option("the cloud of your clouds.yaml that reaches Nova (default: $OS_CLOUD)", "str",
-                        pattern=NON_EMPTY, shape="a cloud name"),
+        "cloud": cloud_option("Nova"),
         "count": Option("how many servers", "int", 1, low=1, high=1024),
         "vcpus": Option("vCPUs of the run's flavor", "int", 1, low=1, high=1024),
         "ram_mb": Option("RAM of the run's flavor in MiB", "int", 2048, low=1),
@@ -155,7 +154,7 @@ class NovaProvider(CloudProvider):
 
     @property
     def _names(self) -> list[str]:
-        return [f"{self._prefix}{i}" for i in range(1, int(self._options.get("count", 1)) + 1)]
+        return [f"{self._prefix}{i}" for i in range(1, int(self._options["count"]) + 1)]
 
     def create_dependencies(self, spec: LayerSpec) -> None:
         """Check the cloud, how each server is reached and the image; then claim the run and record it all."""
@@ -223,7 +222,7 @@ class NovaProvider(CloudProvider):
         if todo:
             public = self._key.with_name(self._key.name + ".pub").read_text().strip() if self._key else ""
             # The login user travels in the server's metadata: the guest image's seed reads it from the config drive.
-            metadata = {LABEL_KEY: self.run_label, USER_KEY: str(self._options.get("user", "dlinfra"))}
+            metadata = {LABEL_KEY: self.run_label, USER_KEY: str(self._options["user"])}
             server: dict[str, Any] = {"image": self._image, "metadata": metadata}
             if self._options.get("network"):
                 server["network"] = self._options["network"]
@@ -231,9 +230,9 @@ class NovaProvider(CloudProvider):
                 "nova_images": [u for u in self._uploads if not self._image_id(u["name"])],
                 "nova_flavor": {
                     "name": f"dlinfra-{self.run_label}",
-                    "vcpus": int(self._options.get("vcpus", 1)),
-                    "ram": int(self._options.get("ram_mb", 2048)),
-                    "disk": int(self._options.get("disk_gb", 10)),
+                    "vcpus": int(self._options["vcpus"]),
+                    "ram": int(self._options["ram_mb"]),
+                    "disk": int(self._options["disk_gb"]),
                     "extra_specs": flavor_extra_specs(self._options),
                 },
                 "nova_keypair": {"name": f"dlinfra-{self.run_label}", "public_key": public},
@@ -248,7 +247,7 @@ class NovaProvider(CloudProvider):
                     self._record_image(upload)
         servers = wait_active(
             self._conn, self._prefix, self.run_label, len(self._names),
-            float(self._options.get("boot_timeout", 600)), float(self._options.get("poll_interval", 1.0)),
+            float(self._options["boot_timeout"]), float(self._options["poll_interval"]),
         )  # fmt: skip
         return [self._target(servers[name]) for name in self._names]
 
@@ -283,7 +282,7 @@ class NovaProvider(CloudProvider):
                 name=server.name,
                 physical_host=str(getattr(server, "hypervisor_hostname", None) or f"nova:{self._cloud}"),
                 address=address,
-                user=str(self._options.get("user", "dlinfra")),
+                user=str(self._options["user"]),
                 key_file=str(self._key) if self._key else None,
                 known_hosts=str(run_dir(self.run_label) / f"{server.name}.known_hosts"),
                 home=".dlinfra",
@@ -294,8 +293,8 @@ class NovaProvider(CloudProvider):
 
     def wait_ready(self, targets: list[Target]) -> None:
         """Each server answers SSH with its host key checked and gives its facts; retried while it boots."""
-        timeout = float(self._options.get("boot_timeout", 600))
-        interval = max(float(self._options.get("poll_interval", 1.0)), 0.5)
+        timeout = float(self._options["boot_timeout"])
+        interval = max(float(self._options["poll_interval"]), 0.5)
 
         def ready(target: Target) -> Target:  # SSH refuses while the guest boots
             def answers() -> Target:
@@ -337,7 +336,7 @@ class NovaProvider(CloudProvider):
         remove_run(
             conn, self._cloud, self._clouds_yaml, self.run_label, self._prefix, f"dlinfra-{self.run_label}",
             [] if self._options.get("keep_image") else images, artifacts_dir=self._artifacts,
-            interval=float(self._options.get("poll_interval", 1.0)),
+            interval=float(self._options["poll_interval"]),
         )  # fmt: skip
         shutil.rmtree(run_dir(self.run_label), ignore_errors=True)
         self._uploads = []

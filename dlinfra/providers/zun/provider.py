@@ -51,7 +51,7 @@ from dlinfra.providers.containers.provider import (
     sweep_run,
 )
 from dlinfra.providers.containers.run import engine_where
-from dlinfra.providers.openstack_cloud import CloudProvider, connect, poll_interval, recorded_clouds
+from dlinfra.providers.openstack_cloud import CloudProvider, cloud_option, connect, poll_interval, recorded_clouds
 from dlinfra.providers.options import NON_EMPTY, Option
 from dlinfra.providers.zun.api import LABEL_KEY, ZunApi, settled
 from dlinfra.runtime.progress import phase
@@ -74,8 +74,7 @@ class ZunProvider(CloudProvider):
     name = "zun"
     layers: ClassVar[Mapping[str, str | None]] = {"ctr": None}
     options: ClassVar[Mapping[str, Option]] = {
-        "cloud": Option("the cloud of your clouds.yaml that reaches Zun (default: $OS_CLOUD)", "str",
-                        pattern=NON_EMPTY, shape="a cloud name"),
+        "cloud": cloud_option("Zun"),
         "network": Option("the Neutron network each container gets its port on (peers dial that address)", "str",
                           pattern=NON_EMPTY, shape="a network name or ID"),
         "cpu": Option("CPUs of each container (Zun's cpu)", "number", 1.0, above=0, high=1024),
@@ -156,11 +155,11 @@ class ZunProvider(CloudProvider):
         opts = self._options
         body: dict[str, Any] = {
             "image": self._image,
-            "image_driver": str(opts.get("image_driver", "docker")),
+            "image_driver": str(opts["image_driver"]),
             "command": ["sleep", "infinity"],  # cells run through exec; the container only has to stay up
-            "cpu": float(opts.get("cpu", 1.0)),
-            "cpu_policy": str(opts.get("cpu_policy", "shared")),
-            "memory": str(int(opts.get("memory_mb", 2048))),
+            "cpu": float(opts["cpu"]),
+            "cpu_policy": str(opts["cpu_policy"]),
+            "memory": str(int(opts["memory_mb"])),
         }
         if not opts.get("image"):  # dlinfra's image is in the compute host's engine: never pulled
             body["image_pull_policy"] = "ifnotpresent"
@@ -173,8 +172,8 @@ class ZunProvider(CloudProvider):
             name = f"dlinfra-{self.run_label}-{host.name}"
             made = self._api.create({**body, "name": name, "host": _zun_host(host), "labels": labels})
             self._uuids[host.name] = str(made["uuid"])
-        records = self._api.wait(list(self._uuids.values()), settled, "Running", float(opts.get("start_timeout", 300)),
-                                 float(opts.get("poll_interval", 1.0)))  # fmt: skip
+        records = self._api.wait(list(self._uuids.values()), settled, "Running", float(opts["start_timeout"]),
+                                 float(opts["poll_interval"]))  # fmt: skip
         return [self._target(host, engine, records[self._uuids[host.name]]) for host, engine in self._hosts]
 
     def _target(self, host: InventoryHost, engine: Engine, record: dict[str, Any] | None) -> Target:
@@ -206,7 +205,7 @@ class ZunProvider(CloudProvider):
             known_hosts=host.ssh.known_hosts,
             provider=self.name,
             cpu_set=cpus,
-            memory_bytes=int(self._options.get("memory_mb", 2048)) << 20,
+            memory_bytes=int(self._options["memory_mb"]) << 20,
             home=HOME_IN_CONTAINER,
             base_python=f"{VENV}/bin/python",
             groups=list(host.groups),
@@ -239,7 +238,7 @@ class ZunProvider(CloudProvider):
         if self._claim is None:
             return
         api = self._api or ZunApi(connect(self._cloud, self._clouds_yaml), self._cloud)
-        _delete_run(api, self.run_label, float(self._options.get("poll_interval", 1.0)))
+        _delete_run(api, self.run_label, float(self._options["poll_interval"]))
         if self._loaded and not self._options.get("keep_image"):
             report = SweepReport()
             loaded = [{"kind": kind, "ref": self._image, **engine_where(engine)}
