@@ -49,7 +49,7 @@ kernel: {description: The kernel release (uname -r), type: str, returned: always
 architecture: {description: The machine (uname -m), type: str, returned: always}
 python: {description: The version of the Python that runs Ansible's modules there, type: str, returned: always}
 cpu_model: {description: The first CPU's model name, type: str, returned: always}
-cpu_count: {description: Logical CPUs the kernel lists, type: int, returned: always}
+logical_cpus: {description: "Logical CPUs the kernel lists (every one: the payload identity's cpu_count is the pinned set)", type: int, returned: always}
 threads_per_core: {description: Hardware threads per core (siblings / cpu cores), type: int, returned: always}
 cpu_flags: {description: The asked-for flags this CPU has, type: list, returned: always}
 microcode: {description: Microcode revision, or unknown, type: str, returned: always}
@@ -228,7 +228,7 @@ def main() -> None:
         architecture=os.uname().machine,
         python=platform.python_version(),
         cpu_model=first.get("model name", ""),
-        cpu_count=sum(1 for line in cpuinfo.splitlines() if line.startswith("processor")),
+        logical_cpus=sum(1 for line in cpuinfo.splitlines() if line.startswith("processor")),
         threads_per_core=max(siblings // max(cores, 1), 1),
         cpu_flags=[flag for flag in module.params["flags"] if flag in have],
         microcode=first.get("microcode", "unknown"),

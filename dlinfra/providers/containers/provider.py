@@ -58,6 +58,7 @@ from dlinfra.providers.containers.run import (
     remove_run,
     run_labels,
 )
+from dlinfra.providers.cpus import host_cpus
 from dlinfra.providers.host_prep import HostToPrepare, controller, prepare
 from dlinfra.providers.options import Option
 from dlinfra.providers.ssh.provider import target_from_host
@@ -355,7 +356,7 @@ class ContainerProvider(Provider):
         placed: list[list[tuple[ContainerSpec, list[int], tuple[int, ...]]]] = []
         for host, he in zip(hosts, self.hosts, strict=True):
             he.results_root = self._results_root(he, host, run_id)
-            cpus = list(host.cpus)
+            cpus = host_cpus(host, he.engine.via)  # the inventory's, else the host's usable CPUs, as bm's
             chunks = split_cpuset(cpus, per_host) if cpus and (opts["pin"] or per_host == 1) else []
             mine: list[tuple[ContainerSpec, list[int], tuple[int, ...]]] = []
             for i in range(per_host):

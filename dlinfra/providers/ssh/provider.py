@@ -15,7 +15,7 @@ from typing import ClassVar
 from dlinfra.errors import TargetError
 from dlinfra.inventory import InventoryHost, check_resolvable, match_pattern
 from dlinfra.payload.affinity import USABLE_CPUS_SH
-from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
+from dlinfra.providers import cpus
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.providers.options import Option
 from dlinfra.transport import SshTransport
@@ -64,11 +64,7 @@ def read_facts(target: Target) -> Target:
         target.home = home + target.home[1:]
     elif not target.home.startswith("/"):
         target.home = f"{home}/{target.home}"
-    if not target.cpu_set and usable.strip():
-        try:
-            target.cpu_set = list(parse_cpuset(usable.strip()))
-        except CpuSetError:
-            raise TargetError(f"host {target.name}: its usable CPUs read {usable.strip()[:60]!r}") from None
+    target.cpu_set = cpus.decide(target.cpu_set, usable, target.name)  # the probe rides on the facts' round trip
     if target.memory_bytes is None and mem.split()[1:2]:
         target.memory_bytes = int(mem.split()[1]) * 1024
     target.details.setdefault("hostname", hostname.strip())

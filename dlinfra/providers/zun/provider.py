@@ -38,7 +38,7 @@ from dlinfra import secrets
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.images.deps_archive import build_deps_archive
 from dlinfra.inventory import InventoryHost
-from dlinfra.payload.cpuset import parse_cpuset
+from dlinfra.providers import cpus as cpus_of
 from dlinfra.providers.base import LayerSpec, Target
 from dlinfra.providers.containers.engine import Engine
 from dlinfra.providers.containers.image import VENV, build_payload_image, save_image
@@ -192,7 +192,8 @@ class ZunProvider(CloudProvider):
                               f"set dlinfra_zun_host of inventory host {host.name} to the name Zun lists")  # fmt: skip
         in_engine = f"zun-{record['uuid']}"  # how Zun's docker driver names the container it made
         found = engine.run("inspect", "--format", "{{.HostConfig.CpusetCpus}}", in_engine, what="inspect")
-        cpus = list(parse_cpuset(found.stdout.strip())) if found.stdout.strip() else list(host.cpus)
+        # Zun's cpuset (cpu_policy dedicated), else its host's CPUs, decided as for every layer.
+        cpus = cpus_of.decide([], found.stdout, name) or cpus_of.host_cpus(host, engine.via)
         address = _address(record, self._network_id)
         return Target(
             layer=self.layer,
