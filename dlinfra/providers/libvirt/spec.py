@@ -160,8 +160,9 @@ GUEST_FIELDS = frozenset(GUEST_OPTIONS)
 
 #: The provider settings of ``layer_options.vm`` (besides the guest fields).
 PROVIDER_OPTIONS: dict[str, Option] = {
-    "uri": Option("libvirt URI of every hypervisor (a host's dlinfra_libvirt_uri wins)", "str", "qemu:///system",
-                  pattern=_URI, shape="a libvirt URI"),
+    "uri": Option("libvirt URI of every hypervisor (a host's dlinfra_libvirt_uri wins; default: qemu:///system "
+                  "for a host of this machine, a remote host must name its own)", "str", pattern=_URI,
+                  shape="a libvirt URI"),
     "pool": Option("storage pool of the guests' volumes (a name, not a path)", "str", "dlinfra", pattern=_POOL,
                    shape="a storage pool name"),
     "subnet": Option("IPv4 network of the run's guests, /16 to /29 (default: a free /24)", "str"),
