@@ -67,7 +67,7 @@ class LibvirtVmProvider(Provider):
 
     def __init__(self, layer: str = "vm") -> None:
         super().__init__(layer)
-        self.providers: list[Hypervisor] = []
+        self.hypervisors: list[Hypervisor] = []  # one per host: its libvirtd, pool and guests
         self._hosts: list[InventoryHost] = []
         self._image: Any = None
 
@@ -96,31 +96,31 @@ class LibvirtVmProvider(Provider):
             names = ", ".join(sorted({h.name for h in ready}))
             say(f"vm: hypervisor {names} ready (libvirtd, virtlogd, pool): no playbook")
         prepare([h for h in hypervisors if h not in ready], artifacts_dir=spec.artifacts_dir)
-        self.providers = [Hypervisor(uris[h.name], physical_host=h.name, **pool) for h in self._hosts]
-        for provider in self.providers:
-            provider.conn  # noqa: B018 - every hypervisor answers before minutes go into an image
+        self.hypervisors = [Hypervisor(uris[h.name], physical_host=h.name, **pool) for h in self._hosts]
+        for hypervisor in self.hypervisors:
+            hypervisor.conn  # noqa: B018 - every hypervisor answers before minutes go into an image
         self._image = None if spec.options.get("cloud_image") else campaign_guest_image(spec)
 
     def create(self, spec: LayerSpec) -> list[Target]:
         options = {k: v for k, v in spec.options.items() if k not in ("uri", "provider")}
         targets: list[Target] = []
-        for host, provider in zip(self._hosts, self.providers, strict=True):
-            provider.image = self._image
+        for host, hypervisor in zip(self._hosts, self.hypervisors, strict=True):
+            hypervisor.image = self._image
             host_options = {**options, "guests": _guests_for(host, options, len(self._hosts))}
-            provider.configure(host_options, spec.artifacts_dir)
-            with phase(f"vm: guests on {host.name}", f"boot timeout {provider.boot_timeout:g} s"):
-                targets += provider.up_guests(guests_from_options(host_options, "layer_options.vm"))
+            hypervisor.configure(host_options, spec.artifacts_dir)
+            with phase(f"vm: guests on {host.name}", f"boot timeout {hypervisor.boot_timeout:g} s"):
+                targets += hypervisor.up_guests(guests_from_options(host_options, "layer_options.vm"))
         for target in targets:
             target.groups = list(next(h.groups for h in self._hosts if h.name == target.physical_host))
         return targets
 
     def delete(self) -> None:
-        for provider in self.providers:
+        for hypervisor in self.hypervisors:
             try:
-                provider.down()
+                hypervisor.down()
             finally:
-                provider.close()
-        self.providers = []
+                hypervisor.close()
+        self.hypervisors = []
 
     @classmethod
     def sweep(cls, label: str, objects: list[dict[str, Any]], report: SweepReport) -> None:
