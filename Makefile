@@ -1,5 +1,6 @@
 # dlinfra: `make demo` (set-up + a small campaign on a local testbed + report), `make test`.
-# `make openstack`: the venvs the ironic and nova providers' tests start OpenStack services from (.venv-openstack, .venv-nova).
+# `make openstack`: the venvs the ironic, nova and zun providers' tests start OpenStack services from (.venv-openstack,
+# .venv-nova, .venv-zun). `make test-real`: the cases on real machines behind OpenStack (not yet in make test).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -28,7 +29,18 @@ HAND_OVER := dlit0
 CPU_BY_KIND := $(BIN)/python scripts/cpu-by-kind.py
 export DLINFRA_STAGES ?= $(abspath artifacts/stages.txt)
 
-.PHONY: setup test-setup deps daemons openstack demo test check fast-tier lint bench clean
+# The cases on real machines behind OpenStack (marker real_openstack; docs/testing.md, "The real stage"): Nova's
+# libvirt driver booting TCG guests on Open vSwitch, ctr-vm in such a server, Zun's containers, and the ironic provider
+# on a libvirt domain behind a Redfish emulator. make test's stages exclude them (not yet proven to fit its budget
+# on every landing); `make test-real` runs them one at a time (-n 0), their evidence printed (-s): first every case
+# but the Redfish one, in one process that shares one real-guest stack (Nova, Neutron's agent, Zun), then the Redfish
+# case in a second process (its domain would stand in the way of the stack's start: Nova's compute refuses a
+# hypervisor that holds one). REAL_EXCLUDE: a -k expression of cases to leave out.
+REAL := real_openstack
+REAL_PYTEST := $(CPU_BY_KIND) $(BIN)/pytest -n 0 -s -m $(REAL)
+REAL_EXCLUDE ?=
+
+.PHONY: setup test-setup deps daemons openstack demo test test-real real-cases check fast-tier lint bench clean
 
 # What dlinfra and `make demo` need: Debian packages and the controller's venv. `test-setup` adds what only the
 # tests need (podman, PostgreSQL, MariaDB, Chromium; pytest, ruff, ansible-lint).
@@ -84,10 +96,19 @@ test:
 	@$(TIMED) daemons $(MAKE) --no-print-directory daemons
 	@$(TIMED) openstack $(MAKE) --no-print-directory openstack
 	@$(TIMED) suite env DLINFRA_TEST_HAND_OVER=$(HAND_OVER) $(CPU_BY_KIND) $(BIN)/pytest $(SUITE_WORKERS) \
-		-m "not ($(FAST_TIER)) and not alone" || { $(BIN)/dlinfra testbed down --name $(HAND_OVER) >/dev/null; exit 1; }
+		-m "not ($(FAST_TIER)) and not alone and not $(REAL)" || { $(BIN)/dlinfra testbed down --name $(HAND_OVER) >/dev/null; exit 1; }
 	@$(TIMED) alone env DLINFRA_TEST_HAND_OVER=$(HAND_OVER) DLINFRA_TEST_TESTBED=$(HAND_OVER) $(CPU_BY_KIND) \
-		$(BIN)/pytest -m alone
+		$(BIN)/pytest -m "alone and not $(REAL)"
 	@$(TIMED) --summary
+
+# The real stage by itself, with what it needs (Debian's openvswitch-switch, rabbitmq-server, genisoimage, pciutils
+# from install-deps.sh's test set; the OpenStack venvs, Zun's among them).
+test-real: test-setup daemons openstack
+	@$(TIMED) real $(MAKE) --no-print-directory real-cases
+
+real-cases:
+	$(REAL_PYTEST) -k "not redfish$(if $(REAL_EXCLUDE), and not ($(REAL_EXCLUDE)))"
+	$(REAL_PYTEST) -k "redfish$(if $(REAL_EXCLUDE), and not ($(REAL_EXCLUDE)))"
 
 # Every benchmark appends its figures to one file; the last line prints them as one table, goals beside them.
 # bench/openstack.py prints the providers' times beside the APIs' own (the issue sets no goal for them).
@@ -103,4 +124,4 @@ bench: setup daemons openstack
 	$(BIN)/python bench/figures.py $(BENCH_FIGURES)
 
 clean:
-	rm -rf $(VENV) .venv-openstack .venv-nova .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-openstack .venv-nova .venv-zun .pytest_cache .ruff_cache

@@ -11,6 +11,7 @@ with ``layer_options: {LAYER: {provider: NAME}}``; without it, the default here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -40,3 +41,10 @@ BASELINE = "bm"
 def layer_names() -> tuple[str, ...]:
     """The layer ids in report order."""
     return tuple(LAYERS)
+
+
+def layer_label(layer: str, cell_config: dict[str, Any]) -> str:
+    """The layer as figures name it: a container layer under another OCI runtime than runc says which
+    (``ctr[runsc]``, ``ctr[crun]``), so its rows never mix with plain ``ctr`` (runc)."""
+    runtime = cell_config.get("runtime")
+    return f"{layer}[{runtime}]" if runtime and not layer.endswith("]") else layer

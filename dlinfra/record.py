@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
+import math
 import re
 import types
 import typing
@@ -62,6 +64,8 @@ class Provenance:
     status: str
     failure_reason: str | None = None
     hostname: str = ""
+    #: The kernel the payload saw (``uname -r`` and ``-v``): the host's, the guest's, or gVisor's own under runsc.
+    kernel: str = ""
     emulated: bool = False
     devices: list[str] = field(default_factory=list)
     #: How the layer set this target up (container engine, network, limits; guest virt type, pinning,
@@ -118,6 +122,56 @@ class StepTimes:
             maximum=ordered[-1],
             stdev=var**0.5,
             samples=list(samples),
+        )
+
+
+#: The length of the chunks of identical steps whose dispersion :class:`Steadiness` measures, in seconds.
+STEADINESS_CHUNK_S = 0.2
+#: Fewer chunks than this tell nothing of a CPU's speed: no figure.
+STEADINESS_MIN_CHUNKS = 5
+
+
+@dataclass
+class Steadiness:
+    """How steady the CPU's speed was while the run measured: the dispersion of the time of chunks of identical
+    steps (consecutive measured steps, about :data:`STEADINESS_CHUNK_S` each).
+
+    Why: on a shared host another tenant's memory traffic or an SMT sibling slows the CPU itself, which no counter
+    inside a guest shows (others' CPU time and steal stay at 0); identical work taking 18% longer from one chunk to
+    the next does show it. ``cv_pct`` is the chunks' coefficient of variation (drift and jitter); ``adjacent_sd_pct``
+    the standard deviation of the log ratio of adjacent chunks, in percent (jitter only: a slow drift barely moves
+    it). A steady CPU gives both at about 1%.
+    """
+
+    chunk_steps: int
+    chunks: int
+    chunk_s: float
+    cv_pct: float
+    adjacent_sd_pct: float
+
+    @classmethod
+    def of(cls, samples: list[float], chunk_s: float = STEADINESS_CHUNK_S) -> Steadiness | None:
+        """The dispersion of ``samples`` (per-step wall times, in order) in chunks of about ``chunk_s``; None with
+        fewer than :data:`STEADINESS_MIN_CHUNKS` chunks."""
+        n = len(samples)
+        total = sum(samples)
+        if n < STEADINESS_MIN_CHUNKS or total <= 0:
+            return None
+        per = max(1, min(round(chunk_s / (total / n)), n // STEADINESS_MIN_CHUNKS))
+        times = [sum(samples[i : i + per]) for i in range(0, n - per + 1, per)]
+        if len(times) < STEADINESS_MIN_CHUNKS or min(times) <= 0:
+            return None
+        mean = sum(times) / len(times)
+        sd = (sum((t - mean) ** 2 for t in times) / (len(times) - 1)) ** 0.5
+        logs = [math.log(b / a) for a, b in itertools.pairwise(times)]
+        log_mean = sum(logs) / len(logs)
+        log_sd = (sum((v - log_mean) ** 2 for v in logs) / max(1, len(logs) - 1)) ** 0.5
+        return cls(
+            chunk_steps=per,
+            chunks=len(times),
+            chunk_s=round(mean, 4),
+            cv_pct=round(sd / mean * 100, 2),
+            adjacent_sd_pct=round(log_sd * 100, 2),
         )
 
 
@@ -191,6 +245,9 @@ class Interference:
     throttle_events: int | None = None
     boot_id: str = ""
     top_others: list[ForeignProcess] = field(default_factory=list)
+    #: When the window began (epoch seconds): the measured work's start; 0 in older records, whose window was the
+    #: whole process. A sibling's own time is subtracted for the overlap of the two windows only.
+    started: float = 0.0
 
     @property
     def capacity_s(self) -> float:
@@ -221,12 +278,26 @@ class Metrics:
     #: How the system samples got their GPU readings ("nvml: 1 GPU(s): ..."), or why they have none
     #: ("no GPU sampling: pynvml is not importable ..."); empty in older records.
     gpu_sampling: str = ""
+    #: How steady the CPU's speed was while the run measured (:class:`Steadiness`); None in older records, for
+    #: workloads without per-step times (sysbench, ps-async) and for runs too short to chunk.
+    steadiness: Steadiness | None = None
+
+
+def _window_overlap(mine: Interference, theirs: Interference) -> float:
+    """The share of ``theirs``' window that falls in ``mine`` (1 where either predates window times)."""
+    if not mine.started or not theirs.started or theirs.wall_s <= 0:
+        return 1.0
+    both = min(mine.started + mine.wall_s, theirs.started + theirs.wall_s) - max(mine.started, theirs.started)
+    return min(1.0, max(0.0, both) / theirs.wall_s)
 
 
 def foreign_cpu_s(record: RunRecord, cell: list[RunRecord]) -> float | None:
     """Others' CPU seconds on ``record``'s CPUs, without the cell's other processes on the same kernel (another
     role, a testbed's other host on one machine): they are the experiment, not interference. A sibling's own
-    time counts for the share of its CPUs that are also ``record``'s. None: not measured."""
+    time counts for the share of its CPUs that are also ``record``'s, and for the share of its window that falls
+    in ``record``'s. IRQ and softirq time on the CPUs is not counted as others': the kernel cannot say whose it is,
+    and the payload's own (its network, its timer ticks) is most of it; a shield moves other devices' IRQs away.
+    None: not measured."""
     mine = record.metrics.interference
     if mine is None:
         return None
@@ -236,8 +307,8 @@ def foreign_cpu_s(record: RunRecord, cell: list[RunRecord]) -> float | None:
         if other is record or theirs is None or not mine.boot_id or theirs.boot_id != mine.boot_id:
             continue
         overlap = len(set(mine.cpus) & set(theirs.cpus)) / len(theirs.cpus) if theirs.cpus else 0.0
-        siblings += theirs.own_cpu_s * overlap
-    return max(0.0, mine.others_cpu_s - siblings)
+        siblings += theirs.own_cpu_s * overlap * _window_overlap(mine, theirs)
+    return max(0.0, mine.others_cpu_s - mine.irq_cpu_s - siblings)
 
 
 def foreign_shares(record: RunRecord, cell: list[RunRecord]) -> tuple[float, float] | None:

@@ -161,9 +161,12 @@ _PEM = re.compile(
 )
 #: Where a bare value ends: before a blank, a quote or ``&``, leaving punctuation that ends a sentence (``URL: ...``).
 _END = r"(?=[.,;:)\]]*(?:[\s&#'\"\\]|$))"
-#: ``scheme://user:PASSWORD@``: group 1 is kept.
+#: ``scheme://user:PASSWORD@``: group 1 is kept. The password runs to the ``@`` before the host (the last one
+#: before the path): one with an unencoded ``@`` (``u:p@ss@host``) is masked whole, however a client splits it.
 #: The lookbehind anchors the scheme at its first letter: without it a long run of letters is quadratic.
-_URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://[^\s/:@?#'\"]*):([^\s@'\"]*)@")
+_URL_USERINFO = re.compile(
+    r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://[^\s/:@?#'\"]*):([^\s'\"]*?)@(?=[^\s@/?#'\"]*(?:[/?#\s'\"]|$))"
+)
 #: Query parameters that carry credentials whatever the rest of the name rules say (``?key=`` too).
 _QUERY_NAMES = r"password|passwd|pass|pwd|token|secret|key|apikey|api_key|access_token|sslpassword|sig|signature"
 _URL_QUERY = re.compile(rf"([?&;](?:{_QUERY_NAMES})=)([^&#\s'\"\\]*?){_END}", re.I)
@@ -263,6 +266,8 @@ def redact_obj(obj: T, mask_secret_keys: bool = True) -> T:
 def secrets_in_text(text: str) -> list[str]:
     """Secrets the patterns find in ``text``: URL passwords, secret query parameters, ``SECRET=value``."""
     found = [m.group(2) for m in _URL_USERINFO.finditer(text) if m.group(2)]
+    # A password with an unencoded "@": a client that splits at the first one names the rest as the host.
+    found += [part for m in _URL_USERINFO.finditer(text) for part in m.group(2).split("@")[1:]]
     found += [m.group(2) for m in _URL_QUERY.finditer(text) if m.group(2)]
     for m in _ASSIGN.finditer(text):
         if is_secret_name(m.group(1)) and _maskable(m.group(3)):

@@ -8,8 +8,8 @@ set -euo pipefail
 PACKAGES=(
   # testbed hosts and the bm layer
   openssh-server openssh-client iproute2 iptables util-linux sysbench
-  # containers (ctr, ctr-vm)
-  docker.io runc
+  # containers (ctr, ctr-vm); crun and runsc (gVisor): the other OCI runtimes of layer_options.ctr.runtime
+  docker.io runc crun runsc
   # VMs (vm); libvirt-python builds from source against libvirt-dev
   libvirt-daemon-system qemu-system-x86 qemu-utils libvirt-dev pkg-config e2fsprogs dnsmasq-base
   # base images without a registry
@@ -29,6 +29,10 @@ TEST_PACKAGES=(
   postgresql
   # the nova provider's tests: Neutron's database (dlinfra/testbed/openstack.py)
   mariadb-server
+  # the real-machine stage (`make test-real`): Open vSwitch under Nova's guests and Zun's containers, RabbitMQ for
+  # Neutron's agent and Zun, genisoimage for Nova's config drives and the Redfish node's boot ISO (with ISOLINUX's
+  # boot sector and loader module), lspci for zun-compute's inventory
+  openvswitch-switch rabbitmq-server genisoimage isolinux syslinux-common pciutils
   # the report's headless render test
   chromium
 )

@@ -4,8 +4,8 @@
 # - $DLINFRA_OPENSTACK_VENV (default .venv-openstack): a standalone Ironic (dlinfra/testbed/ironic.py);
 # - $DLINFRA_NOVA_VENV (default .venv-nova): Keystone, Placement, Glance, Neutron and Nova
 #   (dlinfra/testbed/openstack.py), installed with -c scripts/openstack-constraints.txt.
-# - $DLINFRA_ZUN_VENV (default .venv-zun), only with DLINFRA_OPENSTACK_ZUN=1: Zun and kuryr-libnetwork
-#   (dlinfra/testbed/zun.py), with the same constraints.
+# - $DLINFRA_ZUN_VENV (default .venv-zun): Zun and kuryr-libnetwork (dlinfra/testbed/zun.py), with the same
+#   constraints; the real-machine stage's one stack runs them (make test-real).
 # Apart, because the constraints file that the Nova stack needs conflicts with ironic 39 itself, and the Nova venv
 # stays as its own pins made it.
 # Idempotent: a stamp in each venv names its pinned versions, so a second run with the same pins does nothing.
@@ -83,10 +83,8 @@ CONSTRAINTS_HASH=$(sha256sum scripts/openstack-constraints.txt | cut -c1-16)
 place DLINFRA_NOVA_VENV .venv-nova "${NOVA_PINS[*]} constraints:${CONSTRAINTS_HASH}" \
   -c scripts/openstack-constraints.txt "${NOVA_PINS[@]}"
 
-# Zun and kuryr-libnetwork (dlinfra/testbed/zun.py, scripts/probe-zun.py), only when asked: no test of the suite
-# starts them (the Zun stack runs on the real-guest Nova stack, which only opt-in cases start).
-if [[ -n ${DLINFRA_OPENSTACK_ZUN:-} ]]; then
-  ZUN_PINS=(zun==18.0.0 kuryr-libnetwork==18.0.0 PyMySQL)
-  place DLINFRA_ZUN_VENV .venv-zun "${ZUN_PINS[*]} constraints:${CONSTRAINTS_HASH}" \
-    -c scripts/openstack-constraints.txt "${ZUN_PINS[@]}"
-fi
+# Zun and kuryr-libnetwork (dlinfra/testbed/zun.py): the real-machine stage's stack (tests/nova_support.py) is the
+# real-guest Nova stack with Zun on it, one stack for the Nova and the Zun cases.
+ZUN_PINS=(zun==18.0.0 kuryr-libnetwork==18.0.0 PyMySQL)
+place DLINFRA_ZUN_VENV .venv-zun "${ZUN_PINS[*]} constraints:${CONSTRAINTS_HASH}" \
+  -c scripts/openstack-constraints.txt "${ZUN_PINS[@]}"

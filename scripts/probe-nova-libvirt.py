@@ -10,7 +10,7 @@ The stack is :class:`dlinfra.testbed.nova_libvirt.LibvirtNovaServices` (libvirt-
 is installed apart from it, once, into dlinfra's cache). Open vSwitch (Debian's ``openvswitch-switch``) is started
 on its default socket if it does not run, with ``br-int`` and ``br-phys`` of the userspace datapath and the host's
 leg on ``br-phys`` holding the network's gateway (:mod:`dlinfra.testbed.ovs`). The conformance suite runs on the
-same stack with ``DLINFRA_NOVA_LIBVIRT_CONFORMANCE=1`` (tests/providers/test_conformance.py).
+same stack (with Zun on it) in ``make test``'s ``real`` stage (``make test-real``; tests/providers/test_conformance.py).
 """
 
 from __future__ import annotations

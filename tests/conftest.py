@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,6 +138,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # The suite is a busy host by design (three workers, guests, daemons): a campaign here judges interference only
     # where its spec asks (tests of it set interference.max_foreign_share), so that plumbing tests do not rerun.
     os.environ.setdefault("DLINFRA_MAX_FOREIGN_SHARE", "1")
+    # As dlinfra's CLI does (cli/app.py): the interpreter's own bin folder first on PATH, so that a bare
+    # ``.venv/bin/pytest`` finds ansible-playbook and the rest beside it instead of skipping for want of them.
+    here = str(Path(sys.executable).parent)
+    if here not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PATH", "")]))
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # A worker's readline exports an 80x24 terminal it does not have: the CLI's output, read through a pipe
         # as a user's script reads it, must keep the width dlinfra gives a pipe, as in a run without workers.

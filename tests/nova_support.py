@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from support import SESSION_STOPS, component, need, session_service
+from support import SESSION_STOPS, component, need, need_program, session_service
 
 #: A Glance image the conformance case boots (a few bytes: the fake driver never reads it).
 TEST_IMAGE = "dlinfra-test-image"
@@ -57,38 +57,30 @@ def hypervisor_vcpus() -> int:
     return int((vcpu.total - vcpu.reserved) * vcpu.allocation_ratio)
 
 
-_LIBVIRT_STATE: dict[str, Any] = {}
+_REAL_STATE: dict[str, Any] = {}
 
 
-def libvirt_nova_services() -> Any:
-    """The stack with Nova's libvirt driver and Open vSwitch (:mod:`dlinfra.testbed.nova_libvirt`), started once per
-    test process: real guests under libvirtd, reached at the addresses Nova reports. It takes the same fixed ports
-    as :func:`nova_services`' stack, so one process runs one of the two."""
-    from dlinfra.testbed.nova_libvirt import LibvirtNovaServices, libvirt_site
-
-    component("the OpenStack services with Nova's libvirt driver")
-    _before_a_real_guest_stack(_LIBVIRT_STATE)
-    return session_service(
-        _LIBVIRT_STATE, "dlinfra-nova-libvirt-test-", lambda folder: LibvirtNovaServices(libvirt_site()).start(folder)
-    )
-
-
-_ZUN_STATE: dict[str, Any] = {}
-
-
-def zun_services() -> Any:
-    """That stack with Zun, kuryr-libnetwork and Zun's own dockerd (:mod:`dlinfra.testbed.zun`), started once per
-    test process in place of :func:`libvirt_nova_services`' (the same ports): containers Zun places on its compute
-    host, whose ports Neutron binds and the Open vSwitch agent wires. Its dockerd starts empty: the ``zun``
-    provider loads the payload image over the compute host's SSH."""
+def real_guest_stack() -> Any:
+    """The one real-guest stack of this test process, shared by every real-machine case (marker
+    ``real_openstack``): Nova's libvirt driver on Open vSwitch with Neutron's agent
+    (:mod:`dlinfra.testbed.nova_libvirt`), and Zun, kuryr-libnetwork and Zun's own dockerd on it
+    (:mod:`dlinfra.testbed.zun`). One stack, not one per case: its start costs a minute and more of the 2 cores, and
+    the Nova and the Zun cases use disjoint parts of it (servers; containers on Zun's own resource provider). It
+    takes the same fixed ports as :func:`nova_services`' stack, so one process runs one of the two. Zun's dockerd
+    starts empty: the ``zun`` provider loads the payload image over the compute host's SSH."""
     from dlinfra.testbed.nova_libvirt import libvirt_site
     from dlinfra.testbed.zun import ZunServices, zun_available, zun_venv
 
-    component("Zun on the OpenStack services with Nova's libvirt driver")
-    if "service" not in _ZUN_STATE:
-        need(zun_available(), f"Zun and kuryr-libnetwork in {zun_venv()} (DLINFRA_OPENSTACK_ZUN=1 make openstack)")
-    _before_a_real_guest_stack(_ZUN_STATE)
-    return session_service(_ZUN_STATE, "dlinfra-zun-test-", lambda folder: ZunServices(libvirt_site()).start(folder))
+    component("the OpenStack services with Nova's libvirt driver and Zun")
+    if "service" not in _REAL_STATE:
+        need(zun_available(), f"Zun and kuryr-libnetwork in {zun_venv()} (make openstack)")
+    _before_a_real_guest_stack(_REAL_STATE)
+    return session_service(_REAL_STATE, "dlinfra-real-stack-", lambda folder: ZunServices(libvirt_site()).start(folder))
+
+
+#: The real-guest stack's two faces, one stack: what the Nova cases use, and what the Zun cases use.
+libvirt_nova_services = real_guest_stack
+zun_services = real_guest_stack
 
 
 def _before_a_real_guest_stack(state: dict[str, Any]) -> None:
@@ -101,7 +93,13 @@ def _before_a_real_guest_stack(state: dict[str, Any]) -> None:
     if "service" in state:
         return
     need(nova_available(), f"the OpenStack services in {nova_venv()} and mariadbd (make openstack)")
-    others = [s for s in (_STATE, _LIBVIRT_STATE, _ZUN_STATE) if s is not state and "service" in s]
+    for package, program in (("openvswitch-switch", "ovs-vswitchd"), ("rabbitmq-server", "rabbitmq-server"),
+                             ("genisoimage", "genisoimage"), ("pciutils", "lspci")):  # fmt: skip
+        need(
+            need_program(program) is not None,
+            f"the program {program} (apt-get install {package}: scripts/install-deps.sh test)",
+        )
+    others = [s for s in (_STATE, _REAL_STATE) if s is not state and "service" in s]
     assert not others, "another stack on the same ports runs in this process: select this case alone"
     if ensure_bridge(GATEWAY):  # Open vSwitch did not run before: it stops with the session, also when the
         SESSION_STOPS.append(stop_daemons)  # stack fails to start

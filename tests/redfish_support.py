@@ -10,10 +10,14 @@ stays out of its reach.
 from __future__ import annotations
 
 import contextlib
+import functools
+import http.server
 import json
 import os
+import shutil
 import signal
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +29,13 @@ from dlinfra.testbed.ironic import free_port
 
 URI = "qemu:///system"
 IMAGES = Path("/var/lib/libvirt/images")
+#: The libvirt pool the emulator uploads inserted virtual media into (sushy-tools' default, ``default``, need not
+#: exist): the Redfish node's own, removed with its volumes when the node goes.
+VMEDIA_POOL = "dlinfra-vmedia"
+#: Debian's ISOLINUX (package ``isolinux``) and its loader's core module (``syslinux-common``): what a BIOS boots
+#: the node's boot ISO with.
+ISOLINUX_BIN = Path("/usr/lib/ISOLINUX/isolinux.bin")
+LDLINUX_C32 = Path("/usr/lib/syslinux/modules/bios/ldlinux.c32")
 
 #: A machine with nothing to boot (it sits in its firmware): a disk, a CD-ROM and a NIC, so that each of Ironic's
 #: boot devices (disk, cdrom, pxe) names a device of the domain, as on a real server.
@@ -85,13 +96,17 @@ def boot_order(name: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def redfish_emulator(venv: Path, folder: Path, allowed: list[str], timeout: float = 60) -> Iterator[str]:
-    """sushy-emulator on 127.0.0.1 answering for the domains ``allowed`` (UUIDs); yields its base URL."""
+def redfish_emulator(
+    venv: Path, folder: Path, allowed: list[str], timeout: float = 60, pool: str | None = None
+) -> Iterator[str]:
+    """sushy-emulator on 127.0.0.1 answering for the domains ``allowed`` (UUIDs), uploading inserted virtual media
+    into libvirt's ``pool``; yields its base URL."""
     port = free_port()
     config = folder / "emulator.conf"
     config.write_text(
         f"SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\nSUSHY_EMULATOR_LISTEN_PORT = {port}\n"
         f"SUSHY_EMULATOR_LIBVIRT_URI = '{URI}'\nSUSHY_EMULATOR_ALLOWED_INSTANCES = {json.dumps(allowed)}\n"
+        + (f"SUSHY_EMULATOR_STORAGE_POOL = '{pool}'\n" if pool else "")
     )
     log = (folder / "emulator.log").open("wb")
     proc = subprocess.Popen(
@@ -123,6 +138,84 @@ def _answers(url: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def vmedia_pool(name: str = VMEDIA_POOL) -> Iterator[Path]:
+    """A directory pool of libvirtd for the emulator's virtual media (under :data:`IMAGES`, where QEMU may read);
+    destroyed with every volume in it afterwards: an ejected ISO stays in its pool otherwise."""
+    path = IMAGES / name
+    virsh("pool-destroy", name, check=False)
+    virsh("pool-undefine", name, check=False)
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    virsh("pool-define-as", name, "dir", "--target", str(path))
+    virsh("pool-start", name)
+    try:
+        yield path
+    finally:
+        virsh("pool-destroy", name, check=False)
+        virsh("pool-undefine", name, check=False)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def boot_iso(image: Any, folder: Path) -> Path:
+    """A BIOS-bootable ISO (ISOLINUX) of the guest image's kernel and initramfs, whose command line mounts the
+    node's disk as its root (``root=/dev/vda``): the media a ``ramdisk`` deploy has Ironic insert by Redfish virtual
+    media and boot the node from. Built with Debian's genisoimage, isolinux and syslinux-common."""
+    assert image.kernel and image.initrd and image.cmdline, "a guest image booted by its kernel"
+    tree = folder / "iso-tree"
+    (tree / "isolinux").mkdir(parents=True, exist_ok=True)
+    shutil.copy(ISOLINUX_BIN, tree / "isolinux" / "isolinux.bin")
+    shutil.copy(LDLINUX_C32, tree / "isolinux" / "ldlinux.c32")
+    shutil.copy(image.kernel, tree / "vmlinuz")
+    shutil.copy(image.initrd, tree / "initrd.img")
+    (tree / "isolinux" / "isolinux.cfg").write_text(
+        f"DEFAULT dlinfra\nPROMPT 0\nTIMEOUT 0\nLABEL dlinfra\n  KERNEL /vmlinuz\n"
+        f"  APPEND initrd=/initrd.img {image.cmdline}\n"
+    )
+    iso = folder / "boot.iso"
+    subprocess.run(["genisoimage", "-quiet", "-o", str(iso), "-b", "isolinux/isolinux.bin", "-c", "isolinux/boot.cat",
+                    "-no-emul-boot", "-boot-load-size", "4", "-boot-info-table", "-J", "-R", "-V", "DLINFRA_BOOT",
+                    str(tree)], check=True)  # fmt: skip
+    return iso
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No line per request on stderr."""
+
+
+@contextlib.contextmanager
+def file_server(folder: Path) -> Iterator[str]:
+    """``folder`` over HTTP on a free loopback port (the emulator downloads the ISO Ironic names from it); yields
+    its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def boot_through_firmware(domain: str, folder: Path) -> None:
+    """Drop the domain's direct kernel boot (``<kernel>``, ``<initrd>``, ``<cmdline>``): it then boots what its
+    firmware (SeaBIOS) finds on its devices in their boot order, as a server does, here the CD that Ironic inserts
+    by virtual media. Its disks (the root file system, the seed disk) stay as they are."""
+    import xml.etree.ElementTree as ET
+
+    text = virsh("dumpxml", "--inactive", domain)
+    tree = ET.fromstring(text)
+    os_element = tree.find("os")
+    assert os_element is not None, text
+    for tag in ("kernel", "initrd", "cmdline"):
+        for element in os_element.findall(tag):
+            os_element.remove(element)
+    xml = folder / f"{domain}-firmware.xml"
+    xml.write_text(ET.tostring(tree, encoding="unicode"))
+    virsh("define", str(xml))
+
+
 def systems(url: str) -> list[str]:
     """The system ids the emulator lists."""
     with urllib.request.urlopen(f"{url}/redfish/v1/Systems", timeout=10) as answer:
@@ -144,8 +237,9 @@ class RedfishNode:
     maps it to a testbed host: the provider reaches it at the address Ironic records, with the SSH settings of
     ``inventory``'s one host (the guest's login user and key, its seeded host key in ``known_hosts``).
 
-    Used by ``DLINFRA_REDFISH_CONFORMANCE=1`` runs of tests/providers/test_conformance.py (three TCG boots: the
-    guest's first, and one per adoption), not by ``make test``."""
+    Used by the conformance case ``ironic-bm-redfish`` (tests/providers/test_conformance.py, marker
+    ``real_openstack``: ``make test``'s ``real`` stage, in a process of its own; three TCG boots: the guest's first,
+    and one per adoption)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -164,6 +258,7 @@ class RedfishNode:
         from dlinfra.testbed.ironic import openstack_venv
 
         image = build_guest_image(payload=build_wheelhouse())
+        self.image = image
         self.image_source = image.disk.as_uri()
         hypervisor = Hypervisor(image=image, state_dir=self.folder / "guest", subnet=NODE_SUBNET, boot_timeout=900)
         self._stack.callback(hypervisor.close)
@@ -172,7 +267,8 @@ class RedfishNode:
         self.domain = guest.details["domain"]
         mac = _mac(self.domain)
         uuid = virsh("domuuid", self.domain)
-        url = self._stack.enter_context(redfish_emulator(openstack_venv(), self.folder, [uuid]))
+        self._stack.enter_context(vmedia_pool())
+        url = self._stack.enter_context(redfish_emulator(openstack_venv(), self.folder, [uuid], pool=VMEDIA_POOL))
         conn = ironic_support.connection()
         node = conn.baremetal.create_node(
             name=NODE_NAME, driver="redfish", boot_interface="redfish-virtual-media", deploy_interface="direct",
@@ -200,6 +296,23 @@ class RedfishNode:
 
     def env(self) -> dict[str, str]:
         return {}
+
+    def for_ramdisk_deploy(self) -> None:
+        """From an installed server that Ironic adopts to a node that Ironic deploys: deploy interface ``ramdisk``
+        (Ironic boots the node from the ISO that instance_info's ``boot_iso`` names, by Redfish virtual media),
+        the domain booting through its firmware, the node ``available`` and powered off. Idempotent."""
+        import ironic_support
+
+        conn = ironic_support.connection()
+        node = conn.baremetal.get_node(self.node_id)
+        if node.deploy_interface != "ramdisk":
+            assert node.provision_state in ("manageable", "available"), node.provision_state
+            conn.baremetal.update_node(self.node_id, deploy_interface="ramdisk")
+        if virsh("domstate", self.domain) != "shut off":
+            conn.baremetal.set_node_power_state(self.node_id, "power off", wait=True, timeout=300)
+        boot_through_firmware(self.domain, self.folder)
+        if conn.baremetal.get_node(self.node_id).provision_state == "manageable":
+            conn.baremetal.set_node_provision_state(self.node_id, "provide", wait=True, timeout=300)
 
     def stop(self) -> None:
         self._stack.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 IN_CI = bool(os.environ.get("CI"))
@@ -40,12 +41,22 @@ TESTBED = os.environ.get("DLINFRA_TEST_TESTBED", "dlit") + WORKER
 HAND_OVER = os.environ.get("DLINFRA_TEST_HAND_OVER", "")
 
 
+#: The marker of the cases on real machines behind OpenStack (``make test``'s ``real`` stage selects them): a case
+#: that is asked for by it never skips.
+REAL_OPENSTACK = "real_openstack"
+
+
 def need(available: bool, what: str) -> None:
-    """Skip when a real component is missing on a developer machine; fail in CI, where .ci/run must provide it."""
+    """Skip when a real component is missing on a developer machine; fail in CI, where .ci/run must provide it.
+
+    A test marked :data:`REAL_OPENSTACK` fails anywhere: it runs only when selected by that marker (``make test``'s
+    ``real`` stage, ``make test-real``), and a case that was asked for and skipped would read as a pass."""
     if available:
         return
     if IN_CI:
         pytest.fail(f"{what} is missing in CI: .ci/run must install and start it")
+    if current_test is not None and current_test.get_closest_marker(REAL_OPENSTACK) is not None:
+        pytest.fail(f"{what} is missing: this real-machine case was asked for (make test-real installs it)")
     pytest.skip(f"{what} is not available on this machine")
 
 
@@ -65,11 +76,16 @@ def need_module(name: str):
         need(False, f"the Python module {name} (pip install -e '.[dev]')")
 
 
-def need_binary(name: str) -> str:
-    path = shutil.which(name) or next(
+def need_program(name: str) -> str | None:
+    """Where the program ``name`` is (PATH, then the system folders a root shell has), or None."""
+    return shutil.which(name) or next(
         (str(p) for d in ("/usr/sbin", "/sbin", "/usr/lib/postgresql") for p in Path(d).rglob(name) if p.is_file()),
         None,
     )
+
+
+def need_binary(name: str) -> str:
+    path = need_program(name)
     need(path is not None, f"the program {name}")
     return path  # type: ignore[return-value]
 
@@ -116,3 +132,14 @@ def session_service(state: dict[str, Any], prefix: str, start: Callable[[Path], 
     service = state["service"]
     os.environ.update(service.env())
     return service
+
+
+def pinned_inventory(deployed: Any, cpu: str, tmp_path: Path) -> Path:
+    """The ``deployed`` testbed's inventory with its first host alone, pinned to ``cpu`` (``dlinfra_cpus``)."""
+    host = deployed.bed.state.hosts[0]
+    inventory = yaml.safe_load(Path(deployed.bed.inventory).read_text())
+    (group,) = inventory["all"]["children"].values()
+    group["hosts"] = {host.name: {**group["hosts"][host.name], "dlinfra_cpus": cpu}}
+    pinned = tmp_path / "pinned.yml"
+    pinned.write_text(yaml.safe_dump(inventory))
+    return pinned

@@ -46,7 +46,11 @@ def store_from(ctx: click.Context, *, write: bool = False) -> ResultsStore:
 
 #: ``--seed``: the seed of the drift test's random permutations (intervals are Welch t-intervals: no draws).
 seed_option = click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed of the drift test's permutations (same seed, same output)."
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the drift test's permutations (same seed, same output).",
 )
 #: ``--statistic``: the outlier policy of every command that summarises repeats.
 statistic_option = click.option(

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from dlinfra.cli.common import emit_report, err_console, out_option, seed_option, statistic_option, store_from
+from dlinfra.cli.common import (
+    emit_report,
+    err_console,
+    open_output,
+    out_option,
+    seed_option,
+    statistic_option,
+    store_from,
+)
 from dlinfra.errors import DlinfraError
 from dlinfra.report import SEEDS
 
@@ -19,6 +28,8 @@ Examples:
   dlinfra report --format csv --out overhead.csv   # '#' lines carry the warnings
   dlinfra report --format csv --view scaling       # another view as CSV
   dlinfra report --format json | jq .warnings
+  dlinfra report --format svg --out overhead.svg   # the overhead plot alone (png too)
+  dlinfra report --wide --full-config              # every column and every config key
   dlinfra report --compare-seed 000                # beside seed 000's published figures
   dlinfra report --view series                     # add CPU, memory, network per node over time
   dlinfra report --format csv --view series        # ... one row per node and second
@@ -26,7 +37,7 @@ Examples:
   dlinfra report --campaign latest~1               # the campaign before the latest
 \b
 Overhead > 0 means worse than the baseline (slower, or longer). The interval is
-a 95% bootstrap CI of the ratio of means over repeats; see docs/report.md.
+a 95% t-interval of the ratio of means over repeats; see docs/report.md.
 """
 
 VIEWS = (
@@ -60,9 +71,10 @@ VIEWS = (
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["table", "markdown", "csv", "json", "html"]),
+    type=click.Choice(["table", "markdown", "csv", "json", "html", "svg", "png"]),
     default="table",
     show_default=True,
+    help="svg and png: the overhead plot alone (each layer against the baseline, 95% CI); png needs --out.",
 )
 @out_option("Write to this file instead of stdout.")
 @click.option(
@@ -81,8 +93,10 @@ VIEWS = (
 @click.option(
     "--full-config",
     is_flag=True,
-    help="In the terminal's first table, every config key (by default: what tells a workload's configs apart).",
+    help="Every config key in the tables (by default: the keys that tell a workload's configs apart, the rest "
+    "once above the table).",
 )
+@click.option("--wide", is_flag=True, help="Every column in the terminal tables (by default: what fits the width).")
 @click.option(
     "--include-contaminated",
     is_flag=True,
@@ -105,9 +119,10 @@ def report(
     statistic: str,
     include_contaminated: bool,
     full_config: bool,
+    wide: bool,
 ) -> None:
     """Compare the layers of a campaign: median, IQR and CV per layer, overhead
-    against the baseline with a bootstrap 95% CI and a verdict, scaling,
+    against the baseline with a 95% CI and a verdict, scaling,
     parameter-server and sync/async views, system use per role, and warnings."""
     if view == "seed" and not compare_seed:
         raise DlinfraError("--view seed needs --compare-seed", "e.g. --compare-seed 000 --view seed")
@@ -125,11 +140,28 @@ def report(
             series=view == "series",
             include_contaminated=include_contaminated,
         )
-    result.extra["full_config"] = full_config
-    if not emit_report(result, fmt, out, view):
+    if fmt in ("svg", "png"):
+        _write_plot(result, fmt, out)
+        return
+    if not emit_report(result, fmt, out, view, wide=wide, full_config=full_config):
         return
     err_console.print(
         f"wrote {fmt} report of campaign {result.campaign_id} to {out} ({len(result.warnings)} warning(s))"
     )
     for w in result.warnings:
         err_console.print(f"  ! {w.line()}", markup=False, highlight=False)
+
+
+def _write_plot(result: Any, fmt: str, out: Path | None) -> None:
+    """The overhead plot alone, as SVG (text: stdout too) or PNG (into --out only: it is binary)."""
+    from dlinfra.report.html import overhead_figure  # late: matplotlib
+
+    if out is None and fmt == "png":
+        raise DlinfraError("--format png writes a binary file", "add --out FILE.png")
+    data = overhead_figure(result, fmt)
+    if out is None:
+        click.echo(data, nl=False)
+        return
+    with open_output(out, binary=fmt == "png") as handle:
+        handle.write(data)
+    err_console.print(f"wrote the overhead plot of campaign {result.campaign_id} to {out}", highlight=False)

@@ -9,11 +9,13 @@ import click
 from rich.table import Table
 
 from dlinfra.cli.common import console, err_console, shown, store_from
+from dlinfra.errors import DlinfraError
 from dlinfra.orchestration.plan import RunInput, preflight
 
 if TYPE_CHECKING:
     from dlinfra.orchestration.campaign import CampaignResult, CellSummary
     from dlinfra.orchestration.cells import Cell
+    from dlinfra.runtime import interrupt
 
 
 @click.command(
@@ -96,21 +98,49 @@ def run(
     if dry_run:
         return _dry_run(checked, cells)
 
-    with store_from(ctx, write=True) as store:
-        result = run_campaign(
-            checked,
-            store,
-            campaign_id=campaign_id,
-            resume=resume,
-            artifacts=artifacts,
-            skip_deploy=skip_deploy,
-            console=err_console,
-            quiet=quiet,
-        )
-    _print_outcome(result, spec)
-    if result.interrupted:
+    from dlinfra.runtime import interrupt  # deferred with the run engine, as above
+
+    result: CampaignResult | None = None
+    with interrupt.installed() as policy:  # SIGINT, SIGTERM, SIGHUP: seen in every phase from here on
+        try:
+            with store_from(ctx, write=True) as store:
+                result = run_campaign(
+                    checked,
+                    store,
+                    campaign_id=campaign_id,
+                    resume=resume,
+                    artifacts=artifacts,
+                    skip_deploy=skip_deploy,
+                    console=err_console,
+                    quiet=quiet,
+                )
+        except (KeyboardInterrupt, DlinfraError) as exc:
+            if policy.signum is None:
+                raise
+            if not isinstance(exc, KeyboardInterrupt):  # what the stop made fail (a cancelled playbook)
+                err_console.print(f"  stopped: {shown(str(exc))}", highlight=False)
+    if result is not None:
+        _print_outcome(result, spec)
+    if policy.signum is not None:
+        _print_interrupted(policy, spec)
+        return policy.exit_code
+    if result is not None and result.interrupted:
         return 130
-    return 1 if result.failed else 0
+    return 1 if result is None or result.failed else 0
+
+
+def _print_interrupted(policy: interrupt.Policy, spec: Path) -> None:
+    """The last line of an interrupted run: what stopped it, and the command that goes on from there."""
+    from dlinfra.runtime.runs_registry import current_campaign  # deferred: only an interrupted run needs it
+
+    cid = current_campaign()
+    again = f"dlinfra run {spec} --resume" + (f" --campaign-id {cid}" if cid else "")
+    console.print(
+        f"interrupted by {policy.signal_name} during {shown(policy.during)}: the cells that ended are stored, "
+        f"what the campaign made is taken down; go on with '{shown(again)}'",
+        highlight=False,
+        soft_wrap=True,  # one line, whatever the width: the command in it is copied whole
+    )
 
 
 def _print_outcome(result: CampaignResult, spec: Path) -> None:

@@ -27,6 +27,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlinfra import cancel
 from dlinfra.cache import build_once, cache_dir, cache_key, keep_recent
 from dlinfra.errors import DlinfraError
 
@@ -110,7 +111,7 @@ def sha256_of(path: Path) -> str:
 
 
 def _pip(args: list[str], what: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, check=False)
+    proc = cancel.run_process([sys.executable, "-m", "pip", *args])  # a Ctrl-C stops a download within seconds
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
         raise DlinfraError(f"building the wheelhouse failed ({what}): {tail}", "check the package index and the pins")

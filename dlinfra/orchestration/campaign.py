@@ -14,21 +14,21 @@ from __future__ import annotations
 
 import math
 import random
-import signal
 import threading
 import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
+from dlinfra import cancel
 from dlinfra.cache import build_seconds
 from dlinfra.cancel import Cancelled, cancellable, start_helper
 from dlinfra.errors import DlinfraError, SpecError
@@ -36,14 +36,16 @@ from dlinfra.images.wheelhouse import Wheelhouse, build_wheelhouse
 from dlinfra.orchestration import datasets, shield
 from dlinfra.orchestration.cells import Cell, expand, plan, run_order
 from dlinfra.orchestration.deploy import deploy, verify_identities
+from dlinfra.orchestration.duet import Duet, plan_duets, run_duet
 from dlinfra.orchestration.interference import Verdict, assess
 from dlinfra.orchestration.launch import CellRun, Launcher
 from dlinfra.orchestration.plan import CampaignPlan, RunInput
-from dlinfra.orchestration.spec import CampaignSpec
+from dlinfra.orchestration.spec import AdaptiveRepeats, CampaignSpec
 from dlinfra.orchestration.sweep import sweep_dead_runs
 from dlinfra.orchestration.testbed_facts import FactsPerMachine, gather_facts, metadata_rows
 from dlinfra.providers.base import LayerSpec, Provider, Target
 from dlinfra.results.store import CONTAMINATED, CellOutcome, ResultsStore
+from dlinfra.runtime import interrupt
 from dlinfra.runtime.progress import current_console, phase, say, use_console
 from dlinfra.runtime.runs_registry import set_campaign
 
@@ -81,6 +83,8 @@ class CampaignResult:
     build_s: float = 0.0
     #: ``repeats: {min, max, ci_pct}``: why the campaign stopped repeating (empty without the rule).
     stopping: str = ""
+    #: ``repeats: {min, max, ci_pct}``: the first forecast past ``max`` (said at once, kept in ``stopping``).
+    forecast: str = ""
     #: Attempts stored as contaminated and run again; hosts where every attempt of a cell was contaminated.
     contaminated_attempts: int = 0
     busy_hosts: set[str] = field(default_factory=set)
@@ -106,25 +110,23 @@ def new_campaign_id(name: str) -> str:
 
 
 class _Interrupt:
-    """First Ctrl-C: finish storing the current cell as failed, then stop. Second: stop at once."""
+    """The cells' view of ``dlinfra run``'s interrupt policy (:mod:`dlinfra.runtime.interrupt`): its event is set
+    by the first SIGINT, SIGTERM or SIGHUP (the running cell is stored as interrupted, then the campaign stops);
+    a second one stops at once. Outside a policy (a library caller), one is installed for the cells."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
-        self._previous: Any = None
+        self._stack = ExitStack()
 
     def __enter__(self) -> _Interrupt:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+        self.event = self._stack.enter_context(interrupt.installed()).event
+        # The cells watch this event (the launcher stores the running cell as interrupted), not the process-wide
+        # stop, which would cut a cell's own clean-up and storing short.
+        self._stack.enter_context(cancel.shielded())
         return self
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.event.is_set():
-            raise KeyboardInterrupt
-        self.event.set()
-
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        self._stack.close()
 
 
 def _resolve_campaign_id(store: ResultsStore, spec: CampaignSpec, campaign_id: str | None, resume: bool) -> str:
@@ -182,13 +184,14 @@ class BroughtUp:
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join()
+            while thread.is_alive():  # in slices: a signal meanwhile is said at once (see _BringUp.run)
+                thread.join(interrupt.POLL_S)
 
 
 def _tear_down(provider: Provider, name: str) -> None:
     """``provider.down()`` as a phase; a failure is reported (the phase line says why), never raised."""
     try:
-        with phase(name):
+        with cancel.shielded(), phase(name):  # an interrupted campaign still takes down what it made, to its end
             provider.down()
     except Exception:  # noqa: BLE001 - cleanup must not hide what came before it, nor stop the next one
         say("  what is left of it: dlinfra sweep removes it")
@@ -206,8 +209,9 @@ def _layers_done(plan: CampaignPlan, repeats: int, done: set[tuple[str, int]]) -
     return {lp.layer: list(lp.stand_ins) for lp in plan.layers if lp.layer in finished - needed}
 
 
-#: How long a cancelled bring-up waits for the layers still coming up to stop before taking down the rest.
-CANCEL_WAIT_S = 60.0
+#: How long a cancelled bring-up waits for the layers still coming up to stop before taking down the rest (within
+#: the interrupt policy's bound, :data:`dlinfra.runtime.interrupt.STOP_BOUND_S`).
+CANCEL_WAIT_S = 25.0
 
 
 def bring_up(
@@ -260,7 +264,10 @@ class _BringUp:
         running = {pool.submit(self.layer, layer): layer for layer in first}
         try:
             while running:
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                # In slices: a signal the kernel gives another thread reaches the main one's handler only when
+                # its wait returns (the interrupt line is said at once, and the stop seen).
+                finished, _ = wait(running, timeout=interrupt.POLL_S, return_when=FIRST_COMPLETED)
+                cancel.check()
                 for future in finished:
                     layer = running.pop(future)
                     future.result()  # a SpecError or a worker's cancellation stops the campaign here
@@ -369,8 +376,25 @@ def run_campaign(
 
     A layer that cannot come up (or be deployed to) fails its own cells, stored
     with the reason; every other layer runs. ``--resume`` retries exactly the
-    cells without a successful attempt.
+    cells without a successful attempt. A SIGINT, SIGTERM or SIGHUP stops it after the running phase
+    (:mod:`dlinfra.runtime.interrupt`): the running cell is stored as interrupted and what was made is taken
+    down; the campaign then returns ``interrupted`` (from the cells) or raises :class:`~dlinfra.cancel.Cancelled`.
     """
+    with interrupt.installed():
+        return _campaign(checked, store, campaign_id, resume, artifacts, skip_deploy, console, quiet)
+
+
+def _campaign(
+    checked: RunInput,
+    store: ResultsStore,
+    campaign_id: str | None,
+    resume: bool,
+    artifacts: Path | None,
+    skip_deploy: bool,
+    console: Console | None,
+    quiet: bool,
+) -> CampaignResult:
+    """:func:`run_campaign`'s steps; between two of them, a stop asked for is seen (:func:`cancel.check`)."""
     console = console or Console(stderr=True)
     use_console(None if quiet else console)
     spec, inventory_path = checked.spec, checked.inventory_path
@@ -383,14 +407,18 @@ def run_campaign(
     skip = _layers_done(checked.plan, spec.repeats, done) if resume else {}
     sweep_dead_runs(current_console())  # what crashed runs left (a --resume's own crash too) goes first
     started = time.monotonic()
+    cancel.check()
     with phase("wheelhouse"):
         wheelhouse = build_wheelhouse()  # once: the images and every target get these very bytes
+    cancel.check()
     built = build_datasets(spec)
+    cancel.check()
     launcher = Launcher(cid, peer_timeout=spec.peer_timeout, settings=spec.settings(), datasets=built)
     deploys = LayerDeploys(spec, done, wheelhouse, artifacts, skip_deploy, built, connect=launcher.connect)
     try:
         up = bring_up(checked, artifacts, wheelhouse, skip, on_up=deploys)
         try:  # whatever happens next (Ctrl-C, a bad cell), what bring_up made is removed
+            cancel.check()
             result = _measure(spec, store, cid, artifacts, up, deploys, done, launcher)
         finally:
             launcher.close()  # before the layers go down, and the targets its links reach with them
@@ -597,6 +625,8 @@ def _run_cells(
 ) -> None:
     """Each cell x repeat in order, stored as it ends; Ctrl-C stops between cells; adaptive repeats may stop early."""
     result = attempts.result
+    if spec.schedule == "duet":  # each config's sides run together, when the first of them comes up in the order
+        attempts.duets = plan_duets(todo, unusable, attempts.by_name)
     with _Interrupt() as interrupt:
         for number, (cell, repeat) in enumerate(todo, start=1):
             if interrupt.event.is_set():
@@ -639,12 +669,39 @@ def _precise_enough(spec: CampaignSpec, store: ResultsStore, cid: str, ran: int,
         result.stopping = f"stopped after {ran} repeats: every CI half-width <= {rule.ci_pct:g}% (widest: {widest})"
         say(escape(result.stopping))
         return True
+    needs = _forecast(rule, widths, ran, result)
     if ran >= rule.max:
         result.stopping = f"reached max {rule.max} repeats; the widest CI is still {widest} (target {rule.ci_pct:g}%)"
+        result.stopping += f"; {result.forecast}" if result.forecast else ""
         say(f"[yellow]{escape(result.stopping)}[/yellow]")
     else:
-        say(escape(f"after {ran} repeats the widest CI is {widest} (target {rule.ci_pct:g}%): one more repeat"))
+        say(escape(f"after {ran} repeats the widest CI is {widest} (target {rule.ci_pct:g}%){needs}: one more repeat"))
     return False
+
+
+def _forecast(rule: AdaptiveRepeats, widths: list[Any], ran: int, result: CampaignResult) -> str:
+    """How many repeats ``ci_pct`` needs at the noise measured so far (the comparison that needs most), as a clause
+    for the progress line; past ``max``, said at once (once), with what would help, and kept for the stopping text."""
+    from dlinfra.report.precision import forecast_repeats  # here, as in _precise_enough: SciPy, for the rule only
+    from dlinfra.report.stats import SEQUENTIAL_CONFIDENCE  # the same
+
+    needed = [
+        (n, p)
+        for p in widths
+        if (n := forecast_repeats(p.half_width_pct, p.runs, rule.ci_pct, SEQUENTIAL_CONFIDENCE)) is not None
+    ]
+    if not needed:
+        return ""
+    n, p = max(needed, key=lambda item: item[0])
+    if n > rule.max and not result.forecast:
+        at_max = p.half_width_pct * math.sqrt(p.runs / rule.max)
+        result.forecast = (
+            f"at the noise of {ran} repeats, +-{rule.ci_pct:g}% needs about {n} repeats ({p.workload} {p.config} "
+            f"{p.layer}), past max {rule.max}: expect about +-{at_max:.1f}% at {rule.max}; what would help: "
+            "schedule: duet, longer runs (more steps or time per cell), a quieter host"
+        )
+        say(f"[yellow]{escape(result.forecast)}[/yellow]")
+    return f", about {n} repeats needed at this noise"
 
 
 class _Attempts:
@@ -665,10 +722,16 @@ class _Attempts:
             spec, store, cid, launcher, by_name, result
         )  # fmt: skip
         self.cell_times: list[float] = []
+        #: ``schedule: duet``: the duet of each (cell hash, repeat) that runs in one, and the sides run already.
+        self.duets: dict[tuple[str, int], Duet] = {}
+        self._duet_runs: dict[tuple[str, int], tuple[CellRun, Verdict | None]] = {}
 
     def run(
         self, cell: Cell, repeat: int, name: str, left: int, stop: threading.Event
     ) -> tuple[CellRun, Verdict | None]:
+        duet = self.duets.get((cell.hash, repeat))
+        if duet is not None:
+            return self._in_duet(duet, cell, repeat, stop)
         policy = self.spec.interference
         reruns = 0 if self.result.busy_hosts.intersection(cell.targets) else policy.reruns
         for attempt in range(reruns + 1):
@@ -705,8 +768,27 @@ class _Attempts:
             )
         return run, verdict
 
-    def save(self, cell: Cell, repeat: int, run: CellRun, verdict: Verdict | None) -> None:
-        """Store the attempt: a contaminated one as such, with who took the CPUs as its reason."""
+    def _in_duet(self, duet: Duet, cell: Cell, repeat: int, stop: threading.Event) -> tuple[CellRun, Verdict | None]:
+        """One side of a duet: the first side to come up in the order runs (and stores) them all, the others are
+        answered from it."""
+        if (cell.hash, repeat) not in self._duet_runs:
+            policy, timeout = self.spec.interference, self.spec.cell_timeout
+            ran = run_duet(duet, self.launcher, self.by_name, policy, timeout, stop, self.save)
+            self._duet_runs.update({(h, repeat): outcome for h, outcome in ran.items()})
+            self.cell_times += [run.wall_s / len(ran) for run, _ in ran.values()]
+        return self._duet_runs.pop((cell.hash, repeat), (_not_run("its duet did not run"), None))
+
+    def save(
+        self,
+        cell: Cell,
+        repeat: int,
+        run: CellRun,
+        verdict: Verdict | None,
+        pair_id: str | None = None,
+        pair_overlap_s: float | None = None,
+    ) -> None:
+        """Store the attempt: a contaminated one as such, with who took the CPUs as its reason; a duet's side with
+        its pair id and how long the pair measured together."""
         contaminated = run.status == "ok" and verdict is not None and verdict.contaminated
         outcome = CellOutcome(
             campaign_id=self.cid,
@@ -720,6 +802,8 @@ class _Attempts:
             failure_reason=verdict.detail if contaminated and verdict else run.failure_reason,
             started_utc=run.started_utc,
             ended_utc=run.ended_utc,
+            pair_id=pair_id,
+            pair_overlap_s=pair_overlap_s,
         )
         self.results.store_cell(outcome, run.records)  # a failed cell keeps its valid records: they say why
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from dlinfra.errors import SpecError
 from dlinfra.inventory import match_pattern
-from dlinfra.layers import BASELINE
+from dlinfra.layers import BASELINE, layer_label
 from dlinfra.orchestration.datasets import dataset_of
 from dlinfra.orchestration.spec import CampaignSpec, WorkloadSpec, matrix_points
 from dlinfra.payload.cpuset import split_cpuset
@@ -74,7 +74,7 @@ class Cell:
     def label(self) -> str:
         c = self.config
         where = c.get("host") or f"{c.get('ps', 0)}ps x {c.get('workers', 0)}w {c.get('placement')}"
-        return f"{c['layer']}/{c['workload']}/{c['mode']} {where}"
+        return f"{layer_label(c['layer'], c)}/{c['workload']}/{c['mode']} {where}"
 
 
 @dataclass
@@ -111,6 +111,13 @@ def _targets_for(workload: WorkloadSpec, targets: list[Target], spec: CampaignSp
                 f"hosts here: {', '.join(t.physical_host for t in targets) or 'none'}",
             )
         chosen.extend(t for t in matched if t not in chosen)
+    # A host's targets under other cell axes (a container per runtime) come with the one a pattern picked.
+    picked = {(t.physical_host, json.dumps(cell_axes(t), sort_keys=True)) for t in chosen}
+    for t in targets:
+        key = (t.physical_host, json.dumps(cell_axes(t), sort_keys=True))
+        if key not in picked and any(c.physical_host == t.physical_host for c in chosen):
+            picked.add(key)
+            chosen.append(t)
     return chosen
 
 
@@ -151,7 +158,7 @@ def expand(
                     base.pop("workers", None)
                     base.pop("placement", None)
                     for t in chosen:
-                        config = {**base, "host": t.physical_host}
+                        config = {**base, "host": t.physical_host, **cell_axes(t)}
                         if point.get("scenario") == "shared":
                             config["background"] = dict(spec.background or {})
                             bg = _background_target(t, layer_targets, spec, workload)
@@ -165,11 +172,27 @@ def expand(
                     base.setdefault("workers", DISTRIBUTED_DEFAULTS["workers"])
                     if point["mode"] == "sync":
                         base["ps"] = 0
-                    config = {**base, "hosts": [t.physical_host for t in chosen]}
-                    cell = _add(cells, seen, config, [t.name for t in chosen])
-                    if cell is not None and layer not in unplaced:
-                        plan(cell, {t.name: t for t in chosen})  # fail now, not after hours of other cells
+                    for axes, group in _by_axes(chosen):  # one cell per runtime of the layer (ctr[runsc])
+                        config = {**base, "hosts": [t.physical_host for t in group], **axes}
+                        cell = _add(cells, seen, config, [t.name for t in group])
+                        if cell is not None and layer not in unplaced:
+                            plan(cell, {t.name: t for t in group})  # fail now, not after hours of other cells
     return cells
+
+
+def cell_axes(t: Target) -> dict[str, Any]:
+    """What a target adds to its cells' configs: the axes its provider gave it (a container's runtime when it is
+    not runc), so one layer's targets under several runtimes make cells of their own."""
+    return dict(t.details.get("cell_axes") or {})
+
+
+def _by_axes(targets: list[Target]) -> list[tuple[dict[str, Any], list[Target]]]:
+    """The targets grouped by their cell axes, in order (a distributed cell never mixes runtimes)."""
+    groups: dict[str, tuple[dict[str, Any], list[Target]]] = {}
+    for t in targets:
+        axes = cell_axes(t)
+        groups.setdefault(json.dumps(axes, sort_keys=True), (axes, []))[1].append(t)
+    return list(groups.values())
 
 
 def _background_target(t: Target, layer_targets: list[Target], spec: CampaignSpec, workload: WorkloadSpec) -> Target:

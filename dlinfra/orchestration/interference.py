@@ -4,9 +4,11 @@ Each process's record carries what the kernel counted on its CPUs (:class:`dlinf
 cell's other processes on the same kernel (another role, a testbed's other host on one machine) are part of
 that, and are not interference: they are the experiment (:func:`dlinfra.record.foreign_cpu_s` takes them out).
 This module gives the cell its foreign share (others' CPU time, steal included, over what the payload's CPUs
-could give) and judges it against the campaign's ``interference`` policy. The campaign stores a contaminated
-attempt as such and runs the cell again, within the policy's bound; the report leaves contaminated runs out and
-counts them.
+could give, in the window of the measured work) and judges it against the campaign's ``interference`` policy; a
+thermal throttle event in the window contaminates the run too. CPU pressure (PSI) is said in the detail line but
+judges nothing: a container's own quota and the payload's own threads stall there as much as a neighbour does.
+The campaign stores a contaminated attempt as such and runs the cell again, within the policy's bound; the report
+leaves contaminated runs out and counts them.
 """
 
 from __future__ import annotations
@@ -52,8 +54,26 @@ def _describe(interference: Interference, foreign_s: float, share: float) -> str
     who = ", ".join(f"{p.name} {p.cpu_s:.1f} s" for p in interference.top_others)
     return (
         f"others used {share:.0%} of CPU(s) {format_cpuset(interference.cpus)} "
-        f"({foreign_s:.1f} of {interference.capacity_s:.1f} CPU-s{steal})" + (f"; busiest: {who}" if who else "")
+        f"({foreign_s:.1f} of {interference.capacity_s:.1f} CPU-s{steal})"
+        + (f"; busiest: {who}" if who else "")
+        + _evidence(interference)
     )
+
+
+def _evidence(interference: Interference) -> str:
+    """What else the kernel saw in the window: CPU pressure (PSI) and thermal throttling, where there was some."""
+    found = ""
+    if interference.psi_some_s and interference.wall_s > 0:
+        found += f"; CPU pressure ({interference.psi_source}) {interference.psi_some_s / interference.wall_s:.0%}"
+    if interference.throttle_events:
+        found += f"; {interference.throttle_events} thermal throttle event(s)"
+    return found
+
+
+def throttled(records: list[RunRecord]) -> bool:
+    """Whether the CPUs of a process were thermally throttled while it measured: their speed was cut by heat,
+    not by the layer, so the run is contaminated whatever others used."""
+    return any((r.metrics.interference.throttle_events or 0) > 0 for r in records if r.metrics.interference)
 
 
 def assess(records: list[RunRecord], policy: InterferencePolicy, deliberate: bool = False) -> Verdict:
@@ -76,9 +96,13 @@ def assess(records: list[RunRecord], policy: InterferencePolicy, deliberate: boo
     share, record = worst
     interference = record.metrics.interference
     assert interference is not None  # foreign_shares gave a figure
+    hot = throttled(records)
+    detail = _describe(interference, foreign_cpu_s(record, records) or 0.0, share)
+    if hot and "throttle" not in detail:
+        detail += "; a cell process's CPUs were thermally throttled"
     return Verdict(
         foreign_share=round(share, 4),
         steal_share=round(steal_worst, 4),
-        contaminated=not deliberate and share > policy.max_foreign_share,
-        detail=_describe(interference, foreign_cpu_s(record, records) or 0.0, share),
+        contaminated=not deliberate and (share > policy.max_foreign_share or hot),
+        detail=detail,
     )

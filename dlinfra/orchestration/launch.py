@@ -37,7 +37,9 @@ from dlinfra.payload.cpuset import format_cpuset
 from dlinfra.payload.params import PARAM, to_argv
 from dlinfra.payload.workloads import WORKLOADS
 from dlinfra.record import RecordError, RunRecord
+from dlinfra.runtime import interrupt
 from dlinfra.runtime.runs_registry import RunClaim, claim
+from dlinfra.runtime.wait import wait_for
 from dlinfra.target import Target
 from dlinfra.transport import LinkLost, Transport, TransportPool
 
@@ -272,21 +274,21 @@ class Launcher:
     def await_background(self, job: BackgroundJob, timeout: float, cancel: threading.Event) -> None:
         """Return once the job's work began (its ready file exists); TargetError if it ends or takes too long."""
         watch = self.pool.get(job.target, _BACKGROUND_SLOT + 1)
-        deadline = time.monotonic() + timeout
-        while True:
-            ended = job.ended()
-            if ended is not None:
-                raise TargetError(f"host {job.target.name}: the background job ended before its work began: {ended}")
+
+        def began() -> bool:
+            if cancel.is_set():
+                raise TargetError(f"{interrupt.stop_reason()} while the background job started")
             try:
-                if watch.run(["test", "-e", BackgroundJob.ready_file_in(job.folder)], timeout=30).ok:
-                    return
+                return watch.run(["test", "-e", BackgroundJob.ready_file_in(job.folder)], timeout=30).ok
             except LinkLost as exc:
                 raise TargetError(f"host {job.target.name}: cannot watch the background job: {exc.cause}") from None
-            if cancel.is_set():
-                raise TargetError("interrupted by the user (Ctrl-C) while the background job started")
-            if time.monotonic() > deadline:
-                raise TargetError(f"host {job.target.name}: the background job did not begin in {timeout:.0f} s")
-            time.sleep(0.5)
+
+        def ended() -> str | None:
+            why = job.ended()
+            return None if why is None else f"it ended before its work began: {why}"
+
+        wait_for(f"host {job.target.name}: the background job's start", began, timeout=timeout, interval=0.5,
+                 give_up=ended)  # fmt: skip
 
     def stop_background(self, job: BackgroundJob) -> None:
         """Stop the job's process group and remove its folder; never raises (the host may be gone: the job's
@@ -312,16 +314,18 @@ class Launcher:
         timeout: float,
         cancel: threading.Event | None = None,
         background: Target | None = None,
+        start_together: threading.Barrier | None = None,
     ) -> CellRun:
         """Run one cell x repeat to the end (ok or failed); never raises for a target's failure.
 
         ``background``: where the cell's background job runs (``scenario: shared``); it is started and seen
         working first, must still run when the cell ends (else the cell is failed: it was not shared
-        throughout), and is stopped whatever happens.
+        throughout), and is stopped whatever happens. ``start_together``: a barrier shared with the cells run at
+        the same time (a duet, :mod:`.duet`): each starts its processes once every one of them is prepared.
         """
         cancel = cancel or threading.Event()
         if background is None:
-            return self._run_processes(cell, repeat, processes, timeout, cancel)
+            return self._run_processes(cell, repeat, processes, timeout, cancel, start_together)
         started_utc, t0 = _now(), time.monotonic()
         job: BackgroundJob | None = None
         try:
@@ -341,7 +345,13 @@ class Launcher:
                 self.stop_background(job)
 
     def _run_processes(
-        self, cell: Cell, repeat: int, processes: list[Process], timeout: float, cancel: threading.Event
+        self,
+        cell: Cell,
+        repeat: int,
+        processes: list[Process],
+        timeout: float,
+        cancel: threading.Event,
+        start_together: threading.Barrier | None = None,
     ) -> CellRun:
         """The cell's own processes, started together, waited for, fetched."""
         started_utc, t0 = _now(), time.monotonic()
@@ -364,6 +374,11 @@ class Launcher:
                 if attempt == 2 or isinstance(exc, Unreachable):
                     return self._finish(cell, outcomes, started_utc, t0, str(exc))
         phases["prepare"] = time.monotonic() - t0 - phases.get("connect", 0.0)
+        if start_together is not None:
+            try:
+                start_together.wait(timeout=120)
+            except threading.BrokenBarrierError:
+                return self._finish(cell, outcomes, started_utc, t0, "its duet partner could not start")
         t_run = time.monotonic()
         barrier = threading.Barrier(len(processes))
         threads = []
@@ -619,7 +634,7 @@ def _wait_processes(
         while any(th.is_alive() for th in threads):
             now = time.monotonic()
             if cancel.is_set():
-                return "interrupted by the user (Ctrl-C)"
+                return interrupt.stop_reason()
             if now > deadline:
                 return f"cell timed out after {timeout:.0f} s"
             if failed_at is None and any(o.exit_code not in (None, 0) or o.error for o in outcomes):
@@ -630,7 +645,7 @@ def _wait_processes(
                 th.join(timeout=0.05)
     except KeyboardInterrupt:
         cancel.set()
-        return "interrupted by the user (Ctrl-C)"
+        return interrupt.stop_reason()
     return None
 
 

@@ -113,8 +113,20 @@ def placeholders(lp: LayerPlan, hosts: Sequence[InventoryHost], below: Sequence[
         picked = [h for p in patterns for h in match_pattern(p, list(hosts), lambda h: {h.name, *h.groups})]
         hosts = [h for h in hosts if h in picked]
     per_host = lp.provider.targets_per_host(options)
+    # A provider whose targets on one host differ by a cell axis (ctr's runtimes) says which, so its cells stay apart.
+    axes: list[dict] = getattr(lp.provider, "target_axes", lambda _options: [{}])(options) or [{}]
+    each = max(per_host // len(axes), 1)
+    axis = [axes[min(i // each, len(axes) - 1)] for i in range(per_host)]
     return [
-        Target(layer, f"{layer}@{h.name}#{i}", h.name, h.address, provider=provider, groups=list(h.groups))
+        Target(
+            layer,
+            f"{layer}@{h.name}#{i}",
+            h.name,
+            h.address,
+            provider=provider,
+            groups=list(h.groups),
+            details={"cell_axes": axis[i]} if axis[i] else {},
+        )
         for h in hosts
         for i in range(per_host)
     ]

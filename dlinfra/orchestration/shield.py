@@ -8,6 +8,12 @@ others to: one line says so, and it is measured unshielded. Before the playbook 
 where it goes (kind ``shield``), so that ``dlinfra sweep`` restores a host whose controller was killed; the
 campaign restores it when it ends. What changed goes into each target's testbed metadata, which ``compare``
 diffs.
+
+The shield is counted: each campaign holds it under its own holder id (its claim's label), kept in the role's
+state file on the host. A second campaign that shields the same CPUs with the same settings joins it; each one's
+``absent`` drops its holder, and only the last one out restores the host (other settings are refused while a
+shield is held). A campaign's host is recorded in its claim, and in ``Shield.hosts``, before ``present`` runs,
+and the claim goes only once the host is restored: an interrupt at any point leaves it restored or for ``sweep``.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlinfra import cancel
 from dlinfra.errors import DlinfraError
 from dlinfra.orchestration.spec import ShieldOptions
 from dlinfra.payload.cpuset import format_cpuset, parse_cpuset
 from dlinfra.runtime.ansible import run_playbook
-from dlinfra.runtime.progress import say
+from dlinfra.runtime.progress import phase, say
 from dlinfra.runtime.runs_registry import RunClaim, claim
 from dlinfra.transport import SshEndpoint
 
@@ -41,6 +48,8 @@ class Shield:
     """The hosts one campaign shielded, and what each changed."""
 
     claim: RunClaim | None = None
+    #: This campaign's holder id in each host's state file (the claim's label).
+    holder: str = field(default_factory=lambda: f"shield-{secrets.token_hex(4)}")
     #: One target per shielded kernel (the one the playbook ran on).
     hosts: list[Target] = field(default_factory=list)
     #: Target name -> what the shield did on its kernel (CPUs, tasks and IRQs moved, knobs old and new).
@@ -75,7 +84,8 @@ def apply(targets: list[Target], options: ShieldOptions, artifacts: Path) -> Shi
         kernel, online[kernel] = _kernel(target)
         by_kernel.setdefault(kernel, []).append(target)
     try:
-        _apply(shield, [(group, online[kernel]) for kernel, group in by_kernel.items()], options, artifacts)
+        with phase("shield", f"{len(by_kernel)} host(s)"):
+            _apply(shield, [(group, online[kernel]) for kernel, group in by_kernel.items()], options, artifacts)
     except BaseException:
         remove(shield, artifacts)  # a failed playbook changed nothing it had not recorded: absent restores it
         raise
@@ -93,15 +103,15 @@ def _apply(
             say(f"shield: {names} use every CPU of their host ({format_cpuset(sorted(online))}): nothing to move "
                 "others to; measured unshielded (give them fewer CPUs with dlinfra_cpus to shield them)")  # fmt: skip
             continue
+        cancel.check()  # a stop asked for: no host is shielded from here on
         if shield.claim is None:
-            shield.claim = claim(f"shield-{secrets.token_hex(4)}", KIND, key=head.name, **_where(head))
+            shield.claim = claim(shield.holder, KIND, key=head.name, holder=shield.holder, **_where(head))
         else:
-            shield.claim.add(KIND, key=head.name, **_where(head))
-        result = run_playbook(
-            PLAYBOOK, targets=[head], extravars=options.extravars(format_cpuset(cpus)), artifacts_dir=artifacts,
-            quiet=True,
-        )  # fmt: skip
-        shield.hosts.append(head)  # restored by remove() even when this playbook failed half-way
+            shield.claim.add(KIND, key=head.name, holder=shield.holder, **_where(head))
+        # Before the playbook: restored by remove() even when it failed or was stopped half-way.
+        shield.hosts.append(head)
+        extravars = {**options.extravars(format_cpuset(cpus)), "measurement_shield_holder": shield.holder}
+        result = run_playbook(PLAYBOOK, targets=[head], extravars=extravars, artifacts_dir=artifacts, quiet=True)
         result.raise_for_failure()
         done = result.reports.get(head.name, {}).get("shield", {})
         report = {"cpus": format_cpuset(cpus), **{k: done.get(k) for k in ("tasks_moved", "irqs_moved", "knobs")}}
@@ -115,13 +125,13 @@ def _apply(
 
 
 def remove(shield: Shield, artifacts: Path) -> None:
-    """Restore every shielded host; the claim goes only once all are restored (else a sweep retries)."""
+    """Drop this campaign's hold on every shielded host (the last holder restores it), uncancelled: an interrupted
+    campaign restores its hosts too. The claim goes only once all are done (else a sweep retries)."""
     failures = []
+    absent = {"measurement_shield_state": "absent", "measurement_shield_holder": shield.holder}
     for head in shield.hosts:
-        result = run_playbook(
-            PLAYBOOK, targets=[head], extravars={"measurement_shield_state": "absent"}, artifacts_dir=artifacts,
-            quiet=True,
-        )  # fmt: skip
+        with cancel.shielded():
+            result = run_playbook(PLAYBOOK, targets=[head], extravars=absent, artifacts_dir=artifacts, quiet=True)
         if not result.ok:
             failures.append(f"{head.name}: {result.failures[0] if result.failures else result.status}")
     if failures:
@@ -146,10 +156,12 @@ def sweep(label: str, entries: list[dict[str, Any]], report: SweepReport) -> Non
         if isinstance(python, str) and python.startswith("/") and not any(c.isspace() for c in python):
             host_vars["ansible_python_interpreter"] = python
         inventory = {"all": {"hosts": {endpoint.name: host_vars}}}
+        absent = {"measurement_shield_state": "absent"}
+        holder = entry.get("holder")
+        if isinstance(holder, str) and holder.replace("-", "").isalnum():
+            absent["measurement_shield_holder"] = holder  # the dead run's hold only; a live one's stays
         try:
-            result = run_playbook(
-                PLAYBOOK, inventory=inventory, extravars={"measurement_shield_state": "absent"}, quiet=True
-            )
+            result = run_playbook(PLAYBOOK, inventory=inventory, extravars=absent, quiet=True)
         except DlinfraError as exc:
             report.error(f"run {label}: shield on {endpoint.where}: {exc}")
             continue

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dlinfra import safe_yaml
+from dlinfra import safe_yaml, secrets
 from dlinfra.errors import SpecError
 from dlinfra.layers import LAYERS
 from dlinfra.orchestration import datasets as ds
@@ -64,6 +64,8 @@ TOP_FIELDS = {
     "expect": "expected results, checked by 'dlinfra check' (docs/compare.md)",
     "order": f"order of the cell runs: {' or '.join(('repeat-major', 'shuffled'))}",
     "order_seed": "seed of order: shuffled (random and stored when absent)",
+    "schedule": "sequential (one cell at a time), or duet: each config's bm and other-layer cells at the same time on "
+    "halves of the host's CPUs, sides swapped every repeat, the overhead's CI from the pairs",
     "background": "the job run next to every cell of scenario shared: {workload: NAME, PARAM: VALUE, ...}",
     "datasets": "data sets generated on the controller and shipped to the targets: {NAME: {kind: jpeg, ...}}; "
     "a cell reads one with data: generated:NAME",
@@ -91,6 +93,11 @@ INTERFERENCE_FIELDS = {
     "reruns": "extra attempts of a contaminated cell (0: flag only)",
 }
 ORDERS = ("repeat-major", "shuffled")
+#: ``schedule``: one cell at a time, or the compared cells of a config side by side (docs/campaigns.md, "Duet").
+SCHEDULES = ("sequential", "duet")
+#: Layers whose processes run on the host's own CPUs, so that ``--cpus`` pins them to a half of them (a guest's
+#: vCPUs are not the host's): the layers a duet may pair.
+DUET_LAYERS = ("bm", "ctr")
 #: Keys of a matrix that are not parameters: lists that vary together, combinations to skip.
 MATRIX_SPECIAL = ("zip", "exclude")
 #: Keys of one expectation: cell filters (besides matrix keys), then what is expected of the cells they select.
@@ -218,6 +225,8 @@ class CampaignSpec:
     #: Order of the cell runs (:func:`dlinfra.orchestration.cells.run_order`) and its seed (None: drawn at run).
     order: str = "repeat-major"
     order_seed: int | None = None
+    #: ``schedule``: sequential, or duet (:mod:`dlinfra.orchestration.duet`).
+    schedule: str = "sequential"
     #: The job run next to every ``scenario: shared`` cell, on the same physical host: ``workload`` and hashed
     #: workload parameters (validated against the table); in every shared cell's config, so in its hash.
     background: dict[str, Any] | None = None
@@ -666,6 +675,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> CampaignSpec:
     for unused in sorted(set(check.datasets) - check.used_datasets):
         raise check.fail(("datasets", unused, "__key__"), f"no cell reads it (data: {ds.PREFIX}{unused})")
     _check_providers(check, spec)
+    _schedule(check, spec, data)
     return spec
 
 
@@ -696,6 +706,9 @@ def _header(check: _Checker, data: dict[str, Any]) -> tuple[str, str, list[str]]
     name = data["name"]
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise check.fail(("name",), f"must be 1-{MAX_NAME} letters, digits, '-', '_' or '.', got {excerpt(name)}")
+    if any(value in name for value in secrets.registered()):  # it names every line, table, folder and row
+        raise check.fail(("name",), "holds a secret's value (of a secret-named environment variable, an inventory "
+                         "password or a URL's): choose another name")  # fmt: skip
     if "description" in data and data["description"] is not None:
         check.text(data["description"], ("description",))
     inventory = data.get("inventory", "")
@@ -890,6 +903,41 @@ def _shield(check: _Checker, value: Any) -> ShieldOptions | None:
             raise check.fail(("shield", key), f"{excerpt(given)} is not a governor name (e.g. performance)")
         options[key] = text
     return ShieldOptions(**options)
+
+
+def _schedule(check: _Checker, spec: CampaignSpec, data: dict[str, Any]) -> None:
+    """``schedule``: sequential, or duet where it can apply (single-process cells alone on their host, on layers
+    that run on the host's own CPUs, the baseline and another layer, repeated so the sides can swap)."""
+    if "schedule" not in data:
+        return
+    given, at = data["schedule"], ("schedule",)
+    if given not in SCHEDULES:
+        raise check.fail(at, f"must be one of {', '.join(SCHEDULES)}, got {excerpt(given)}")
+    spec.schedule = given
+    if given != "duet":
+        return
+    hint = "drop schedule: duet, or give these cells a campaign of their own"
+    other = [layer for layer in spec.layers if layer not in DUET_LAYERS]
+    if other:
+        raise check.fail(
+            at,
+            f"duet pins each side to half of the host's CPUs, which layer {other[0]} (a guest) cannot take",
+            f"duet pairs layers {' and '.join(DUET_LAYERS)}; {hint}",
+        )
+    if set(spec.layers) != set(DUET_LAYERS):
+        raise check.fail(at, f"duet runs {' and '.join(DUET_LAYERS)} side by side; layers are {spec.layers}", hint)
+    if spec.repeats < 2:
+        raise check.fail(at, "duet swaps the sides every repeat: it needs repeats >= 2 (an even number)", hint)
+    for workload in spec.workloads:
+        for key, fine in (("mode", "single"), ("scenario", "alone")):
+            bad = [v for v in workload.matrix.get(key, [fine]) if v != fine]
+            if bad:
+                raise check.fail(
+                    at,
+                    f"duet runs single-process cells alone side by side; workload {workload.name} (line "
+                    f"{workload.line}) has {key} {bad[0]}",
+                    hint,
+                )
 
 
 def _interference(check: _Checker, value: Any) -> InterferencePolicy:

@@ -130,7 +130,9 @@ def _kernel(run: Any, w: Workload) -> None:
     run.progress = progress
     run.batch_size = kernel.batch
     mark_ready(a.ready_file)
+    run.phases.measuring()  # the window holds the warm-up too: kernels.run does both
     kernels.run(kernel, a.warmup_steps, a.steps, progress.clock)
+    run.phases.measured()
     progress.warmup_steps, progress.measured_steps = a.warmup_steps, a.steps
     progress.global_step = a.warmup_steps + a.steps
     progress.examples_per_step = kernel.batch
@@ -211,7 +213,9 @@ def _allreduce(run: Any, w: Workload) -> None:
         run.progress = progress
         run.batch_size = None
         mark_ready(a.ready_file)
+        run.phases.measuring()
         figures = kernels.allreduce(strategy, sizes, a.warmup_steps, a.steps, progress.clock)
+        run.phases.measured()
         progress.warmup_steps, progress.measured_steps = a.warmup_steps * len(sizes), a.steps * len(sizes)
         progress.global_step = progress.warmup_steps + progress.measured_steps
         progress.examples_per_step = 1  # throughput: all-reduce calls per second
@@ -261,6 +265,7 @@ def _serve(run: Any) -> None:
     log.info("%s:%d serving at %s", c.task_type, c.task_index, c.address)
     _, client = _control(run)
     assert client is not None
+    run.phases.measuring()  # a server's window: while it serves the chief's steps
     verdict, detail = client.wait()
     if verdict != "done":
         run.fail_now(str(detail))

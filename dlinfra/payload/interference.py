@@ -1,20 +1,23 @@
 """What else ran on the payload's CPUs while it measured: the kernel's counters, read at start and end.
 
 Why: a 3% overhead cannot be told from noise when another program takes a third of the payload's CPU, and
-nothing in the throughput says so. The kernel counts it. Over the run's window this reads, for the CPUs of the
-payload's affinity set:
+nothing in the throughput says so. The kernel counts it. Over the run's window, from the start of its measured
+work (after TensorFlow's import, the build and the warm-up: :meth:`dlinfra.payload.measure.Phases.measuring`)
+to its end, this reads, for the CPUs of the payload's affinity set:
 
 - their busy time from ``/proc/stat`` (user, nice, system, irq, softirq), minus this process tree's own CPU
   time: what *others* used there (inside a container ``/proc/stat`` is the host's, so this sees the host's
-  other programs; inside a guest it is the guest's, and the host's share shows as steal);
+  other programs; inside a guest it is the guest's, and the host's share shows as steal); the controller takes
+  the IRQ/softirq time out again: the kernel cannot say whose it is, and most of it is the payload's own;
 - their steal time (a guest's vCPU waiting for the host);
 - CPU pressure (PSI, "some" stall time) of this process's cgroup, else of the whole system;
 - the CPUs' current frequency and their thermal throttle counts, where sysfs shows them;
 - the programs that used the most CPU meanwhile, where this process can see them.
 
 Siblings of the same cell (other roles, the other hosts of a testbed on one machine) count as others here; the
-controller, which has every process's record, subtracts them (:mod:`dlinfra.orchestration.interference`). This
-module reads files only: the arithmetic is tested on synthetic ``/proc`` and ``/sys`` trees.
+controller, which has every process's record, subtracts them for the overlap of their windows
+(:mod:`dlinfra.orchestration.interference`). This module reads files only: the arithmetic is tested on synthetic
+``/proc`` and ``/sys`` trees.
 """
 
 from __future__ import annotations
@@ -141,6 +144,8 @@ class InterferenceMeter:
         self._me = psutil.Process()
         self._start: tuple[float, dict[int, CpuTicks], float, int | None, int | None, float | None] | None = None
         self._others: dict[int, tuple[str, float]] = {}
+        self._started_at = 0.0
+        self._result: Interference | None = None
 
     def _ticks(self) -> dict[int, CpuTicks]:
         return parse_proc_stat(_read(self.proc / "stat") or "")
@@ -155,7 +160,10 @@ class InterferenceMeter:
             return {self._me.pid}
 
     def start(self) -> InterferenceMeter:
+        """Open the window: read every counter now (again, where it was open: the window restarts)."""
+        self._result = None
         self._others = _others_cpu_s(self._own_pids())
+        self._started_at = time.time()
         self._start = (
             time.monotonic(),
             self._ticks(),
@@ -167,9 +175,15 @@ class InterferenceMeter:
         return self
 
     def stop(self) -> Interference | None:
-        """The run's figures, or None when :meth:`start` was not called or ``/proc/stat`` cannot be read."""
-        if self._start is None:
-            return None
+        """Close the window: the run's figures, or None when :meth:`start` was not called or ``/proc/stat`` cannot
+        be read. A second call returns the first one's figures (the record is built after the window closed)."""
+        if self._result is not None or self._start is None:
+            return self._result
+        self._result = self._measure()
+        return self._result
+
+    def _measure(self) -> Interference | None:
+        assert self._start is not None
         began, ticks0, own0, psi0, throttle0, freq0 = self._start
         wall = time.monotonic() - began
         ticks1, own1 = self._ticks(), _own_tree_cpu_s(self._me)
@@ -198,6 +212,7 @@ class InterferenceMeter:
             throttle_events=throttle1 - throttle0 if throttle0 is not None and throttle1 is not None else None,
             boot_id=(_read(self.proc / "sys" / "kernel" / "random" / "boot_id") or "").strip(),
             top_others=self._top_others(wall),
+            started=round(self._started_at, 3),
         )
 
     def _top_others(self, wall: float) -> list[ForeignProcess]:

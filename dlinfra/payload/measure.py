@@ -14,6 +14,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -49,6 +50,20 @@ class Phases:
     def __init__(self, started: float) -> None:
         self._last = started
         self.durations: dict[str, float] = {}
+        #: What watches the measured window (an :class:`~dlinfra.payload.interference.InterferenceMeter`: anything
+        #: with ``start()`` and ``stop()``); None: nothing does.
+        self.window: Any = None
+
+    def measuring(self) -> None:
+        """The measured work begins: the window opens here, so TensorFlow's import, the build and the warm-up are
+        outside it (a neighbour then is no contamination, and one during the steps is not diluted)."""
+        if self.window is not None:
+            self.window.start()
+
+    def measured(self) -> None:
+        """The measured work ended: the window closes."""
+        if self.window is not None:
+            self.window.stop()
 
     def end(self, name: str) -> None:
         now = time.time()
@@ -101,7 +116,8 @@ class SystemSampler:
         try:
             c = self._proc.io_counters()
             return c.read_bytes, c.write_bytes
-        except (OSError, psutil.Error, AttributeError):
+        # ValueError: gVisor's /proc/PID/io names rchar "char", which psutil refuses (runtime runsc)
+        except (OSError, psutil.Error, AttributeError, ValueError):
             return (0, 0)
 
     def sample(self) -> SystemSample:

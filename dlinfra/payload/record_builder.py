@@ -104,6 +104,7 @@ def build(
             status="failed" if failure else "ok",
             failure_reason=failure,
             hostname=socket.gethostname(),
+            kernel=f"{platform.release()} {platform.version()}",
             emulated=bool(ctx.emulated),
             devices=sorted({*ctx.devices, *(devices or [])}),
             target_details=dict(ctx.target_details),

@@ -22,7 +22,7 @@ from dlinfra.payload.interference import InterferenceMeter
 from dlinfra.payload.measure import Phases, SystemSampler, process_start
 from dlinfra.payload.record_builder import Context, RecordSink, build
 from dlinfra.payload.workloads import Workload, get
-from dlinfra.record import Metrics, StepTimes
+from dlinfra.record import Metrics, Steadiness, StepTimes
 
 log = logging.getLogger("dlinfra.payload")
 
@@ -93,7 +93,7 @@ class Run:
             m.system = self.sampler.stop()
             m.gpu_sampling = self.sampler.gpu_note
         if self.interference is not None:
-            m.interference = self.interference.stop()
+            m.interference = self.interference.stop()  # closes a window a failure left open
         m.global_step = self.global_step
         m.examples_per_sec = self.rate
         if p is not None:
@@ -103,6 +103,7 @@ class Run:
             m.step_times = (
                 StepTimes.summarise(clock.samples) if p.per_step_times else StepTimes.mean_only(clock.samples)
             )
+            m.steadiness = Steadiness.of(clock.samples) if p.per_step_times else None
             if clock.wall > 0 and p.measured_steps:
                 m.examples_per_sec = p.measured_steps * p.examples_per_step / clock.wall
                 m.extra["steps_per_sec"] = p.measured_steps / clock.wall
@@ -188,7 +189,8 @@ def execute(args: argparse.Namespace, out: Any) -> int:
         identity.read_ahead()  # pinned like the rest
         dataset = _load_data(run, run.workload)
         run.sampler = SystemSampler(run.started).start()
-        run.interference = InterferenceMeter(cpu_set).start()
+        run.interference = InterferenceMeter(cpu_set)  # its window: the measured work (Phases.measuring)
+        run.phases.window = run.interference
         run.phases.end("start")  # the interpreter, the payload's own imports, pinning and the data set
         if run.workload.kind == "sysbench":
             run.phases.end("import")  # nothing to import: sysbench needs no TensorFlow

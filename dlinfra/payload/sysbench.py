@@ -85,7 +85,9 @@ def run_workload(payload_run: Any) -> None:
     a = payload_run.args
     threads = a.threads or len(cpu_set())
     mark_ready(a.ready_file)
+    payload_run.phases.measuring()
     result = run(payload_run.workload.name.removeprefix("sysbench-"), threads, a.time, a.file_total_size, None)
+    payload_run.phases.measured()
     figures = result["sysbench"]
     payload_run.extra.update(result)
     payload_run.extra["threads"] = threads

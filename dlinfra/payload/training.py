@@ -165,6 +165,7 @@ def _loop(
     if chunked:
         boundary = max(1, min(boundary, PS_CHUNK))  # bounded queues of scheduled closures
     clock = progress.clock
+    progress.phases.measuring()
     clock.start()
     done = 0
     while done < cap:
@@ -204,6 +205,7 @@ def _loop(
     if progress.time_to_accuracy_s is None:
         clock.stop()
     progress.phases.end("measure")
+    progress.phases.measured()
 
 
 def _finish_accuracy(progress: Progress, evaluate: Any, agree: Any = None) -> float | None:

@@ -15,9 +15,11 @@ from dlinfra.report.frame import (
     load_runs,
     require_metric,
     run_values,
+    sequential,
     trim_runs,
 )
 from dlinfra.report.model import STATISTICS, Report
+from dlinfra.report.paired import DUET_ASSUMES
 from dlinfra.report.warnings import ReportWarning, dedupe
 from dlinfra.results.store import ResultsStore
 
@@ -41,10 +43,9 @@ def build_report(
     ``series`` adds the per-node series (one row per node and second: long, so only when asked).
     Runs of contaminated attempts (others' load on their CPUs over the campaign's bound) are left out and
     counted, unless ``include_contaminated``."""
-    if metric not in METRICS:
-        raise DlinfraError(f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
-    if statistic not in STATISTICS:
-        raise DlinfraError(f"unknown statistic {statistic!r}", f"use one of {', '.join(STATISTICS)}")
+    for value, known, what in ((metric, METRICS, "metric"), (statistic, STATISTICS, "statistic")):
+        if value not in known:
+            raise DlinfraError(f"unknown {what} {value!r}", f"use one of {', '.join(known)}")
     m = METRICS[metric]
     campaign_id = store.resolve_campaign(campaign)
     row = next((c for c in store.campaigns() if c["campaign_id"] == campaign_id), {})
@@ -63,7 +64,7 @@ def build_report(
             f"(layers with runs: {', '.join(layers)})",
             "choose one of them with --baseline",
         )
-    values = run_values(runs, m)
+    values = sequential(run_values(runs, m), store.campaign_spec(campaign_id).get("repeats"))
     require_metric(values, m, campaign_id)
     trimmed = 0
     if statistic == "trimmed":
@@ -103,7 +104,14 @@ def build_report(
         notes=notes,
         step_samples=samples,
         statistic=statistic,
+        band_pct=_band(store.campaign_spec(campaign_id).get("repeats")),
     )
+
+
+def _band(rule: Any) -> float | None:
+    """The +- percent a campaign's repeat rule aimed each interval's half-width at, if it set one."""
+    value = rule.get("ci_pct") if isinstance(rule, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
 def _campaign_runs(
@@ -198,9 +206,13 @@ def _notes(
     if isinstance(rule, dict):
         ran = int(values["repeat"].max()) + 1 if not values.empty else 0
         notes.append(
-            f"repeats sized by the noise: until every 95% CI half-width (detectable_pct) is <= {rule.get('ci_pct')}%, "
+            f"repeats sized by the noise: until every CI half-width (detectable_pct) is <= {rule.get('ci_pct')}%, "
+            "the intervals at a nominal 97.5%, which keeps 95% coverage under that rule, "
             f"at least {rule.get('min')} and at most {rule.get('max')}; {ran} ran"
         )
     if trimmed:
         notes.append(f"statistic trimmed: {trimmed} run(s) dropped, the fastest and slowest of each layer")
+    if store.campaign_spec(campaign_id).get("schedule") == "duet":
+        pairs = values["pair_id"].dropna().nunique() if "pair_id" in values else 0
+        notes.append(f"{DUET_ASSUMES}; {pairs} pair(s)")
     return notes

@@ -22,14 +22,18 @@ from typing import Any
 import pandas as pd
 
 from dlinfra.errors import DlinfraError
+from dlinfra.layers import layer_label
 from dlinfra.report import stats
 from dlinfra.report.frame import (
     METRICS,
     Metric,
+    interval_options,
     leave_out_contaminated,
     load_runs,
+    noise_explained,
     require_metric,
     run_values,
+    sequential,
     trim_runs,
 )
 from dlinfra.report.model import STATISTICS, Report
@@ -87,7 +91,7 @@ class Side:
         found = []
         for (workload, config, layer), group in self.values.groupby(["workload", "config_label", "layer"]):
             where = f"campaign {label} ({self.campaign_id})"
-            for code, message in stats.noise_flags(stats.summarise(group["value"].to_numpy())):
+            for code, message in stats.noise_flags(stats.summarise(group["value"].to_numpy()), noise_explained(group)):
                 found.append(ReportWarning(code, f"{where}: {message}", workload, config, layer))
         if self.contaminated:
             share = f" (others took up to {self.worst_share:.0%} of their CPUs)" if self.worst_share is not None else ""
@@ -109,7 +113,7 @@ def _side(store: ResultsStore, campaign: str, metric: Metric, statistic: str) ->
             + (f" but {contaminated} contaminated one(s)" if contaminated else ""),
             "see 'dlinfra results show'",
         )
-    values = run_values(runs, metric)
+    values = sequential(run_values(runs, metric), store.campaign_spec(campaign_id).get("repeats"))
     require_metric(values, metric, campaign_id)
     if statistic == "trimmed":
         values, _ = trim_runs(values)
@@ -120,14 +124,16 @@ def _side(store: ResultsStore, campaign: str, metric: Metric, statistic: str) ->
 
 
 def _change(
-    a: pd.Series, b: pd.Series, metric: Metric, seed: int, threshold_pct: float = 0.0
+    a: pd.DataFrame, b: pd.DataFrame, metric: Metric, seed: int, threshold_pct: float = 0.0
 ) -> tuple[float, float, float, str]:
     """B's mean against A's in percent (positive = a larger metric) with its CI, and the verdict on speed.
 
     ``threshold_pct``: a change whose whole CI lies within +-threshold is "no difference" too (practical
     equivalence, as a reference's tolerance in ReFrame): two runs of one testbed drift by a few percent.
     """
-    point, low, high = stats.overhead_ci(a.to_numpy(), b.to_numpy(), metric.higher_is_better)
+    point, low, high = stats.overhead_ci(
+        a["value"].to_numpy(), b["value"].to_numpy(), metric.higher_is_better, **interval_options(a, b)
+    )  # Yuen's where trimmed; at the sequential level where either campaign was sized by its noise
     verdict = stats.verdict(low, high)  # overhead > 0 is worse, i.e. slower
     if threshold_pct > 0 and -threshold_pct <= low and high <= threshold_pct:
         verdict = stats.SAME
@@ -139,8 +145,8 @@ def _change(
 def compare_cells(a: Side, b: Side, metric: Metric, seed: int, threshold_pct: float = 0.0) -> pd.DataFrame:
     """One row per workload x config x layer of either campaign; unmatched ones say which side has them."""
     key = ["workload", "config_label", "layer"]
-    groups_a = {k: g["value"] for k, g in a.values.groupby(key, sort=False)}
-    groups_b = {k: g["value"] for k, g in b.values.groupby(key, sort=False)}
+    groups_a = {k: g for k, g in a.values.groupby(key, sort=False)}
+    groups_b = {k: g for k, g in b.values.groupby(key, sort=False)}
     rows = []
     for k in sorted(set(groups_a) | set(groups_b)):
         va, vb = groups_a.get(k), groups_b.get(k)
@@ -158,8 +164,8 @@ def compare_cells(a: Side, b: Side, metric: Metric, seed: int, threshold_pct: fl
                 "layer": k[2],
                 "runs_a": 0 if va is None else len(va),
                 "runs_b": 0 if vb is None else len(vb),
-                "mean_a": math.nan if va is None else float(va.mean()),
-                "mean_b": math.nan if vb is None else float(vb.mean()),
+                "mean_a": math.nan if va is None else float(va["value"].mean()),
+                "mean_b": math.nan if vb is None else float(vb["value"].mean()),
                 "change_pct": point,
                 "ci_low_pct": low,
                 "ci_high_pct": high,
@@ -201,8 +207,9 @@ def metadata(runs: pd.DataFrame, targets: Sequence[dict[str, Any]] = ()) -> dict
         details = {k: v for k, v in (prov.get("target_details") or {}).items() if k not in RUN_SPECIFIC_DETAILS}
         _flatten("target_details", details, fields)
         fields.pop("target_details", None)  # an empty mapping adds no field
+        layer = layer_label(row["layer"], prov.get("cell_config") or {})  # ctr[runsc]: its own runtime's values
         for name, value in fields.items():
-            out.setdefault((row["layer"], name), set()).add(value)
+            out.setdefault((layer, name), set()).add(value)
     return out
 
 

@@ -18,7 +18,15 @@ from typing import Any
 import pandas as pd
 
 from dlinfra.report import stats
-from dlinfra.report.frame import METRICS, leave_out_contaminated, load_runs, run_values, trim_runs
+from dlinfra.report.frame import (
+    METRICS,
+    interval_options,
+    leave_out_contaminated,
+    load_runs,
+    run_values,
+    sequential,
+    trim_runs,
+)
 from dlinfra.results.store import ResultsStore
 
 PASS, FAIL, NO_DATA = "pass", "fail", "insufficient data"
@@ -89,7 +97,7 @@ def evaluate(
         name = item.get("metric", "throughput")
         metric = METRICS[name]
         if name not in values_by_metric:
-            values = run_values(runs, metric)
+            values = sequential(run_values(runs, metric), store.campaign_spec(campaign_id).get("repeats"))
             if statistic == "trimmed":
                 values, _ = trim_runs(values)
             values_by_metric[name] = values[values["ok"] & values["value"].notna()]
@@ -125,6 +133,7 @@ def evaluate(
                     base["value"].to_numpy(),
                     group["value"].to_numpy(),
                     metric.higher_is_better,  # the report's interval, to the digit
+                    **interval_options(base, group),
                 )
                 measured = f"overhead {point:.4g}% CI {_interval(low, high, '%')}"
             else:

@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 
 from dlinfra.errors import DlinfraError
+from dlinfra.layers import layer_label
+from dlinfra.report import stats
 from dlinfra.results.export import runs_frame
 from dlinfra.results.store import CONTAMINATED, ResultsStore
 
@@ -30,6 +32,7 @@ PLACEMENT_KEYS = frozenset(
     {
         "layer",
         "provider",
+        "runtime",  # a container's OCI runtime: part of its layer's label (layer_label), not of the config
         "workload",
         "host",
         "hosts",
@@ -131,8 +134,10 @@ def load_runs(store: ResultsStore, campaign_id: str) -> pd.DataFrame:
     if frame.empty:
         return frame
     extra: list[dict[str, Any]] = []
-    for record in frame["record"]:
+    layers: list[str] = []
+    for layer, record in zip(frame["layer"], frame["record"], strict=True):
         prov, metrics = record["provenance"], record["metrics"]
+        layers.append(layer_label(layer, prov.get("cell_config") or {}))
         cfg = report_config(prov.get("cell_config") or {})
         system = metrics.get("system") or []
         rx_mean, rx_max = _rates(system, "net_rx_bytes")
@@ -153,6 +158,7 @@ def load_runs(store: ResultsStore, campaign_id: str) -> pd.DataFrame:
                 "max_rx_mb_s": rx_max,
                 "max_tx_mb_s": tx_max,
                 "max_accuracy": max(accuracy, default=np.nan),
+                "speed_cv_pct": (metrics.get("steadiness") or {}).get("cv_pct", np.nan),
                 "system_samples": system,
                 **gpu_peaks(system),
                 "cpu_ids": list(prov.get("cpu_set") or []),
@@ -161,6 +167,7 @@ def load_runs(store: ResultsStore, campaign_id: str) -> pd.DataFrame:
             }
         )
     frame = pd.concat([frame.drop(columns=["record"]), pd.DataFrame(extra, index=frame.index)], axis=1)
+    frame["layer"] = layers
     # Worker and ps counts: from the config when it names them, else counted from the run's processes.
     counted = frame.groupby(["cell_hash", "repeat"])["role"].agg(
         workers=lambda r: max(int((r == "worker").sum()), 1),
@@ -188,6 +195,28 @@ def _run_value(rows: pd.DataFrame, metric: Metric) -> float:
     return float(values[rows["role"] == "worker"].sum(min_count=1))
 
 
+def _largest(rows: pd.DataFrame, column: str) -> float:
+    """The largest of a run's processes' figures (NaN where none has one, or the column is not stored)."""
+    if column not in rows:
+        return np.nan
+    return float(pd.to_numeric(rows[column], errors="coerce").max())
+
+
+def noise_explained(values: pd.DataFrame) -> str:
+    """What the records of these runs (:func:`run_values` rows) say of their variation: the CPU's speed within
+    them (the median chunk CV), against others' and steal's largest shares (:func:`stats.explain_cv`)."""
+    if values.empty or "speed_cv_pct" not in values:
+        return ""
+    speed = pd.to_numeric(values["speed_cv_pct"], errors="coerce").dropna()
+    if speed.empty:
+        return ""
+    foreign = pd.to_numeric(values["foreign_share"], errors="coerce").max() * 100
+    steal = pd.to_numeric(values["steal_share"], errors="coerce").max() * 100
+    return stats.explain_cv(
+        float(speed.median()), None if pd.isna(foreign) else float(foreign), None if pd.isna(steal) else float(steal)
+    )
+
+
 def run_values(runs: pd.DataFrame, metric: Metric) -> pd.DataFrame:
     """One row per run (cell x repeat): its metric value and what decides comparability."""
     columns = [
@@ -209,7 +238,12 @@ def run_values(runs: pd.DataFrame, metric: Metric) -> pd.DataFrame:
         "elapsed_s",
         "step_time_s",
         "max_accuracy",
+        "speed_cv_pct",
+        "foreign_share",
+        "steal_share",
         "config",
+        "pair_id",
+        "pair_overlap_s",
     ]
     if runs.empty:
         return pd.DataFrame(columns=columns)
@@ -236,7 +270,14 @@ def run_values(runs: pd.DataFrame, metric: Metric) -> pd.DataFrame:
                 "elapsed_s": float(rows["elapsed_s"].astype(float).max()),
                 "step_time_s": float(rows["step_time_median_s"].astype(float).median()),
                 "max_accuracy": float(rows["max_accuracy"].astype(float).max()),
+                # Why a run was slow, as its records say: the CPU's speed within it, others' and steal's shares.
+                "speed_cv_pct": _largest(rows, "speed_cv_pct"),
+                "foreign_share": _largest(rows, "foreign_share"),
+                "steal_share": _largest(rows, "steal_share"),
                 "config": first["config"],
+                # schedule: duet: the pair it was measured in (None in a sequential campaign, or a store from before)
+                "pair_id": first.get("pair_id"),
+                "pair_overlap_s": first.get("pair_overlap_s"),
             }
         )
     return pd.DataFrame(out, columns=columns)
@@ -248,7 +289,7 @@ def failed_cells(store: ResultsStore, campaign_id: str) -> pd.DataFrame:
         {
             "workload": c["workload"],
             "config_label": config_label(report_config(c["config"])),
-            "layer": c["layer"],
+            "layer": layer_label(c["layer"], c["config"]),
             "cell_hash": c["cell_hash"],
             "repeat": c["repeat"],
             "failure_reason": c["failure_reason"] or "",
@@ -294,8 +335,28 @@ def trim_runs(values: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         return values, 0
     good = values["ok"] & values["value"].notna()
     drop: list[Any] = []
+    values = values.assign(trimmed=0)  # runs dropped at each end of the row's group: the interval is Yuen's
     for _, group in values[good].groupby(["workload", "config_label", "layer"], sort=False):
         if len(group) >= 3:
             ordered = group["value"].sort_values(kind="stable")
             drop += [ordered.index[0], ordered.index[-1]]
+            values.loc[group.index, "trimmed"] = 1
     return values.drop(index=drop), len(drop)
+
+
+def sequential(values: pd.DataFrame, rule: Any) -> pd.DataFrame:
+    """``values`` of a campaign whose repeats were sized by its noise (``rule``: the spec's ``repeats``, a mapping)
+    with their intervals' nominal level raised to :data:`stats.SEQUENTIAL_CONFIDENCE`, which keeps 95% coverage
+    under the stopping rule; other campaigns' values as they are."""
+    return values.assign(confidence=stats.SEQUENTIAL_CONFIDENCE) if isinstance(rule, dict) else values
+
+
+def interval_options(baseline: pd.DataFrame, mine: pd.DataFrame) -> dict[str, Any]:
+    """How :func:`stats.overhead_ci` computes the interval of ``mine`` against ``baseline`` (rows of
+    :func:`run_values`): at the level :func:`sequential` set, with Yuen's correction where :func:`trim_runs` cut."""
+
+    def trimmed(rows: pd.DataFrame) -> int:
+        return int(rows["trimmed"].max()) if "trimmed" in rows and len(rows) else 0
+
+    levels = [float(r["confidence"].max()) for r in (baseline, mine) if "confidence" in r and len(r)]
+    return {"confidence": max(levels, default=stats.CONFIDENCE), "trimmed": (trimmed(baseline), trimmed(mine))}

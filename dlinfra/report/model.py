@@ -49,6 +49,9 @@ class Report:
     statistic: str = "mean"
     #: More top-level JSON fields (what ``dlinfra compare`` compared); the text formats ignore them.
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The +- band (percent) the campaign aimed its intervals at (``repeats.ci_pct``), drawn on the overhead
+    #: plot; None when it set none. Not serialised.
+    band_pct: float | None = None
 
     @property
     def title(self) -> str:

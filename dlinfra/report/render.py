@@ -9,20 +9,22 @@ after the tables in text formats, a top-level ``warnings`` list in JSON, and
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
+import textwrap
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from dlinfra.errors import DlinfraError
-from dlinfra.report.display import EMPTY, format_value, shown_columns, text_frame
+from dlinfra.report.display import EMPTY, format_value, header, shown_columns, terminal_frame, text_frame
 from dlinfra.report.model import VIEW_TITLES, Report
 from dlinfra.report.warnings import ReportWarning
 
@@ -34,38 +36,60 @@ def _views(report: Report) -> list[tuple[str, pd.DataFrame]]:
     return [(name, report.views[name]) for name in VIEW_TITLES if name in report.views]
 
 
-def render_table(report: Report, width: int | None = None) -> str:
-    """Rich tables as plain text (no colour codes: they go to files and pipes too)."""
-    console = Console(file=io.StringIO(), width=width or 400, record=True, color_system=None, soft_wrap=False)
+#: The width a terminal table fits when the output is not a terminal (a file, a pipe): a 100-column terminal.
+DEFAULT_WIDTH = 100
+
+
+def render_table(report: Report, width: int | None = None, wide: bool = False, full_config: bool = False) -> str:
+    """Rich tables as plain text (no colour codes: they go to files and pipes too), each within ``width``
+    columns unless ``wide``: what the rows share said once above, the columns that do not fit named below."""
+    width = width or DEFAULT_WIDTH
+    console = Console(
+        file=io.StringIO(), width=10_000 if wide else width, record=True, color_system=None, soft_wrap=wide
+    )
     console.print(report.title, markup=False)
     console.print(report.subtitle, markup=False)
-    full_config = bool(report.extra.get("full_config"))
     for name, frame in _views(report):
-        frame = text_frame(name, frame, terminal=True, full_config=full_config)
         if frame.empty:
             if name in EMPTY:
                 console.print(f"\n{VIEW_TITLES[name]}: {EMPTY[name]}", markup=False)
             continue
-        table = Table(title=VIEW_TITLES[name], title_justify="left")
-        if name == "overhead":  # the first table: it must read in a 100-column terminal
-            table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
-            if not full_config:
-                table.caption = "config: what tells a workload's configs apart (--full-config: all of it)"
-                table.caption_justify = "left"
-        for column in shown_columns(name, frame):
-            numeric = pd.api.types.is_numeric_dtype(frame[column])
-            table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
-        for row in frame[shown_columns(name, frame)].itertuples(index=False):
-            # Text, not str: a stored name is data, never Rich markup.
-            table.add_row(*(Text(format_value(c, v)) for c, v in zip(shown_columns(name, frame), row, strict=True)))
         console.print()
-        console.print(table)
+        console.print(_table(name, frame, report.unit, width, wide, full_config))
+    # Notes and warnings wrap at spaces under their first word, so each still reads as one item.
+    fill = functools.partial(textwrap.fill, width=10_000 if wide else width, break_long_words=False)
     for note in report.notes:
-        console.print(f"note: {note}", markup=False)
+        console.print(fill(f"note: {note}", subsequent_indent="      "), markup=False, highlight=False)
     console.print(f"\nWarnings ({len(report.warnings)}):" if report.warnings else "\nWarnings: none", markup=False)
     for w in report.warnings:
-        console.print(f"  ! {w.line()}", markup=False)
-    return console.export_text()
+        console.print(fill(f"  ! {w.line()}", subsequent_indent="    "), markup=False, highlight=False)
+    return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
+
+
+def _table(name: str, frame: pd.DataFrame, unit: str, width: int, wide: bool, full_config: bool) -> Group:
+    """One view as a Rich table within ``width``: numbers right-aligned, units in the headers, text wrapped
+    (never cut), what every row shares above it, the columns left out named below."""
+    shown, above, left_out = terminal_frame(name, frame, width, wide=wide, full_config=full_config)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
+    for column in shown.columns:
+        numeric = pd.api.types.is_numeric_dtype(shown[column])
+        # Only long text (a config, flags, a reason) wraps; names and numbers never break.
+        longest = max((len(format_value(column, v)) for v in shown[column]), default=0)
+        table.add_column(
+            header(column, unit, sep="\n"),
+            justify="right" if numeric else "left",
+            overflow="fold",
+            no_wrap=numeric or (column != "config" and longest <= 16),
+        )
+    for row in shown.itertuples(index=False):
+        # Text, not str: a stored name is data, never Rich markup.
+        table.add_row(*(Text(format_value(c, v)) for c, v in zip(shown.columns, row, strict=True)))
+    parts: list[Any] = [Text(VIEW_TITLES[name])] + [Text(f"  {line}") for line in above] + [table]
+    if left_out:
+        parts.append(Text(f"  --wide adds: {', '.join(left_out)}"))
+    if "config" in shown and not full_config and not wide:
+        parts.append(Text("  config: what tells a workload's configs apart (--full-config: all of it)"))
+    return Group(*parts)
 
 
 def _md_cell(text: str) -> str:
@@ -179,9 +203,17 @@ def report_from_json(text: str) -> Report:
     )
 
 
-def render(report: Report, fmt: str, width: int | None = None, view: str = "overhead") -> str:
+def render(
+    report: Report,
+    fmt: str,
+    width: int | None = None,
+    view: str = "overhead",
+    wide: bool = False,
+    full_config: bool = False,
+) -> str:
+    """The report as text in ``fmt``; ``wide`` and ``full_config`` lay out the terminal table."""
     if fmt == "table":
-        return render_table(report, width)
+        return render_table(report, width, wide=wide, full_config=full_config)
     if fmt == "markdown":
         return render_markdown(report)
     if fmt == "csv":

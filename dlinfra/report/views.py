@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from dlinfra.layers import LAYERS
-from dlinfra.report import stats
-from dlinfra.report.frame import PS_KEYS, WORKER_KEYS, Metric, config_label
+from dlinfra.report import paired, stats
+from dlinfra.report.frame import PS_KEYS, WORKER_KEYS, Metric, config_label, interval_options, noise_explained
 from dlinfra.report.warnings import CODES, ReportWarning, refusal_reasons
 
 #: A config label of cells that read a JPEG data set dlinfra generated (``data: generated:NAME`` of kind jpeg;
@@ -101,7 +101,7 @@ def overhead_view(
                 reasons = sorted(set(failed_group.loc[failed_group["layer"] == layer, "failure_reason"]) - {""})
                 why = f": {'; '.join(reasons[:3])}" if reasons else ""
                 flag("failed-cells", f"{n_failed} failed run(s) left out{why}")
-            for code, message in stats.noise_flags(s):
+            for code, message in stats.noise_flags(s, noise_explained(mine)):
                 flag(code, message)
             if not mine.empty and mine["emulated"].any():
                 flag("emulated", CODES["emulated"])
@@ -121,7 +121,8 @@ def overhead_view(
                     "overhead_pct": point,
                     "ci_low_pct": low,
                     "ci_high_pct": high,
-                    # The smallest effect these repeats could tell from noise: the interval's half-width.
+                    # The interval's half-width: a true effect of this size is found about half the time (80%
+                    # power needs about 1.4 times it; docs/report.md).
                     "detectable_pct": (high - low) / 2 if layer != baseline else math.nan,
                     "verdict": verdict,
                     "flags": ",".join(dict.fromkeys(flags)),
@@ -156,7 +157,9 @@ def _against_baseline(
         for code in refused:
             flag(code, CODES[code])
         return "refused", math.nan, math.nan, math.nan
-    point, low, high = stats.overhead_ci(base["value"].to_numpy(), mine["value"].to_numpy(), metric.higher_is_better)
+    point, low, high = paired.overhead_ci(base, mine, metric.higher_is_better) or stats.overhead_ci(
+        base["value"].to_numpy(), mine["value"].to_numpy(), metric.higher_is_better, **interval_options(base, mine)
+    )  # a duet's pairs where the runs hold them (schedule: duet), else the runs of each side
     base_cpu = set(",".join(base["cpu_model"]).split(","))
     cpus = set(",".join(mine["cpu_model"]).split(","))
     if cpus != base_cpu:
@@ -295,13 +298,15 @@ def shared_view(values: pd.DataFrame, metric: Metric, seed: int) -> pd.DataFrame
     good["background"] = [config_label(c.get("background") or {}) for c in good["config"]]
     rows = []
     for (workload, key, layer), group in good.groupby(["workload", "alone_key", "layer"], sort=True):
-        alone = group[group["scenario"] == "alone"]["value"].to_numpy()
+        alone_rows = group[group["scenario"] == "alone"]
+        alone = alone_rows["value"].to_numpy()
         for background, shared in group[group["scenario"] == "shared"].groupby("background", sort=True):
             mine = shared["value"].to_numpy()
             point, low, high = (math.nan,) * 3
             verdict = "no alone run"
             if alone.size:
-                point, low, high = stats.overhead_ci(alone, mine, metric.higher_is_better)
+                options = interval_options(alone_rows, shared)
+                point, low, high = stats.overhead_ci(alone, mine, metric.higher_is_better, **options)
                 verdict = stats.verdict(low, high)
             rows.append(
                 {

@@ -25,6 +25,7 @@ CODES = {
     "are real, the pictures are not",
     "few-repeats": f"fewer than {MIN_REPEATS} successful repeats: the interval is unreliable",
     "high-cv": f"coefficient of variation above {CV_LIMIT_PCT:g}%: too noisy to conclude much",
+    "no-variation": "every run gave the same value: a zero-width interval is no evidence, so no verdict",
     "failed-cells": "failed cells were left out",
     "contaminated": "runs with other programs on their CPUs (over the campaign's interference bound) were left out",
     "no-baseline": "no baseline run for this workload and config: no overhead",

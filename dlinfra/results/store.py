@@ -12,6 +12,7 @@ give the latest attempt of each cell x repeat unless asked for all of them.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -32,7 +33,7 @@ from dlinfra.text import excerpt, plain
 
 #: Bump when tables or columns change; older versions are migrated in place (see ``_MIGRATIONS``),
 #: a store of a newer version is refused.
-STORE_SCHEMA_VERSION = 5
+STORE_SCHEMA_VERSION = 6
 
 DEFAULT_DB = "dlinfra-results.db"
 #: The first 16 bytes of every SQLite 3 database file.
@@ -63,6 +64,8 @@ _TABLES = [
         started_utc TEXT,
         ended_utc TEXT,
         stored_utc TEXT NOT NULL,
+        pair_id TEXT,
+        pair_overlap_s DOUBLE PRECISION,
         PRIMARY KEY (campaign_id, cell_hash, repeat, attempt))""",
     """CREATE TABLE IF NOT EXISTS runs (
         campaign_id TEXT NOT NULL,
@@ -99,6 +102,8 @@ _TABLES = [
         foreign_share DOUBLE PRECISION,
         steal_share DOUBLE PRECISION,
         contaminated INTEGER NOT NULL DEFAULT 0,
+        pair_id TEXT,
+        pair_overlap_s DOUBLE PRECISION,
         PRIMARY KEY (campaign_id, cell_hash, repeat, attempt, role, task_index))""",
     "CREATE INDEX IF NOT EXISTS runs_by_workload ON runs (campaign_id, workload, layer)",
     # What each target ran on (Ansible facts, engine and hypervisor versions): once per target per campaign,
@@ -122,7 +127,7 @@ RUN_COLUMNS = [
     "tf_version", "python_version", "payload_hash", "start_utc", "end_utc", "status",
     "failure_reason", "emulated", "examples_per_sec", "elapsed_s", "step_time_median_s",
     "global_step", "final_accuracy", "time_to_accuracy_s", "record_json",
-    "foreign_share", "steal_share", "contaminated",
+    "foreign_share", "steal_share", "contaminated", "pair_id", "pair_overlap_s",
 ]  # fmt: skip
 #: A cell attempt that ran, but with others' load on its CPUs over the campaign's bound
 #: (:mod:`dlinfra.orchestration.interference`): kept, its runs flagged, and the cell x repeat may run again.
@@ -145,6 +150,10 @@ class CellOutcome:
     ended_utc: str | None = None
     #: How the layer was obtained (ssh, libvirt, docker, podman, a plug-in).
     provider: str = ""
+    #: ``schedule: duet``: the pair this attempt was measured in (its sides share it), and how many seconds the
+    #: sides' measured windows overlapped (0: not at all; None: unknown, or not a duet).
+    pair_id: str | None = None
+    pair_overlap_s: float | None = None
 
 
 def redact_url(url: str) -> str:
@@ -154,6 +163,18 @@ def redact_url(url: str) -> str:
 
 #: The tables a dlinfra store holds; a store with any other table is someone else's.
 _OUR_TABLES = frozenset({"meta", "campaigns", "cells", "runs", "targets"})
+
+
+@functools.cache
+def _expected_columns() -> dict[str, set[str]]:
+    """Each table's columns at this schema version, as the DDL makes them (in a scratch in-memory database)."""
+    scratch = sqlite3.connect(":memory:")
+    try:
+        for ddl in _TABLES:
+            scratch.execute(ddl)
+        return {t: {str(r[1]) for r in scratch.execute(f"PRAGMA table_info({t})")} for t in _OUR_TABLES}
+    finally:
+        scratch.close()
 
 
 def _plain(path: Path) -> str:
@@ -188,7 +209,9 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _run_row(record: RunRecord, attempt: int, cell: list[RunRecord], contaminated: bool) -> tuple[Any, ...]:
+def _run_row(
+    record: RunRecord, attempt: int, cell: list[RunRecord], contaminated: bool, outcome: CellOutcome
+) -> tuple[Any, ...]:
     p, m = record.provenance, record.metrics
     shares = foreign_shares(record, cell)
     values = {
@@ -227,6 +250,8 @@ def _run_row(record: RunRecord, attempt: int, cell: list[RunRecord], contaminate
         "foreign_share": round(shares[0], 4) if shares else None,
         "steal_share": round(shares[1], 4) if shares else None,
         "contaminated": int(contaminated),
+        "pair_id": outcome.pair_id,
+        "pair_overlap_s": outcome.pair_overlap_s,
     }
     return tuple(values[c] for c in RUN_COLUMNS)
 
@@ -366,7 +391,40 @@ class ResultsStore:
                 f"results store {where} has schema version {version}, this dlinfra reads up to {STORE_SCHEMA_VERSION}",
                 "use the dlinfra version that wrote it, or a new --db",
             )
+        self._check_tables(tables, version, hint)
         return version
+
+    def _columns(self, table: str) -> set[str]:
+        if self.is_postgres:
+            rows = self._execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+                "AND table_name = ?",
+                (table,),
+            ).fetchall()
+            return {str(r[0]) for r in rows}
+        return {str(r[1]) for r in self._execute(f"PRAGMA table_info({table})").fetchall()}  # table: one of ours
+
+    def _check_tables(self, tables: set[str], version: int, hint: str) -> None:
+        """A store whose ``meta`` says it is dlinfra's, but whose tables are not as dlinfra makes them, is refused
+        here, read-only (before :meth:`_ensure_schema` switches the journal mode or migrates): at this version
+        every table and exactly its columns; an older store (migrations only add columns and ``targets``) the
+        tables it had, each with its keys and no column dlinfra never made."""
+        expected = _expected_columns()
+        current = version == STORE_SCHEMA_VERSION
+        needed = _OUR_TABLES if current or version >= 4 else _OUR_TABLES - {"targets"}
+        if not needed <= tables:
+            missing = _names(needed - tables)
+            raise StoreError(f"results store {self._where()} says schema {version} but lacks tables {missing}", hint)
+        for table in sorted(tables & _OUR_TABLES):
+            found = self._columns(table)
+            keys = {"key", "value"} if table == "meta" else {"campaign_id"}
+            wrong = found != expected[table] if current else not keys <= found <= expected[table]
+            if wrong:
+                raise StoreError(
+                    f"results store {self._where()}: table {table} has columns {_names(found)}, not dlinfra's "
+                    f"(schema {version}): dlinfra did not write it so",
+                    hint,
+                )
 
     def close(self) -> None:
         self._conn.close()
@@ -488,6 +546,16 @@ class ResultsStore:
             elif column not in [row[1] for row in self._execute("PRAGMA table_info(runs)").fetchall()]:
                 self._execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
 
+    def _migrate_5_to_6(self) -> None:
+        """Version 6 records a duet's pair (``schedule: duet``) on its cells and runs; rows from before ran one
+        cell at a time (NULL)."""
+        for table in ("cells", "runs"):
+            for column, kind in (("pair_id", "TEXT"), ("pair_overlap_s", "DOUBLE PRECISION")):
+                if self.is_postgres:
+                    self._execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind}")
+                elif column not in [row[1] for row in self._execute(f"PRAGMA table_info({table})").fetchall()]:
+                    self._execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
     # -- writes -----------------------------------------------------------
 
     def add_campaign(self, campaign_id: str, name: str, spec: dict[str, Any]) -> None:
@@ -526,8 +594,8 @@ class ResultsStore:
             attempt = int(row[0] or 0) + 1 if row is not None else 1
             self._execute(
                 "INSERT INTO cells (campaign_id, cell_hash, repeat, attempt, layer, provider, workload, config_json, "
-                "status, failure_reason, started_utc, ended_utc, stored_utc) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "status, failure_reason, started_utc, ended_utc, stored_utc, pair_id, pair_overlap_s) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     *key,
                     attempt,
@@ -540,6 +608,8 @@ class ResultsStore:
                     outcome.started_utc,
                     outcome.ended_utc,
                     _now(),
+                    outcome.pair_id,
+                    outcome.pair_overlap_s,
                 ),
             )
             placeholders = ", ".join("?" for _ in RUN_COLUMNS)
@@ -549,7 +619,7 @@ class ResultsStore:
             )
             contaminated = outcome.status == CONTAMINATED
             for record in records:
-                inserted += self._execute(insert, _run_row(record, attempt, records, contaminated)).rowcount
+                inserted += self._execute(insert, _run_row(record, attempt, records, contaminated, outcome)).rowcount
         return inserted
 
     def store_targets(self, campaign_id: str, targets: list[dict[str, Any]]) -> None:
@@ -704,6 +774,7 @@ _MIGRATIONS = {
     2: ResultsStore._migrate_2_to_3,
     3: ResultsStore._migrate_3_to_4,
     4: ResultsStore._migrate_4_to_5,
+    5: ResultsStore._migrate_5_to_6,
 }
 
 
@@ -729,4 +800,10 @@ def open_store(url: str | None = None, *, write: bool = True, source: str = "--d
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in ("", "sqlite", "postgresql", "postgres"):
         raise StoreError(f"{source}: unsupported results store URL {_excerpt(redact_url(url))}", hint)
+    if scheme.startswith("postgres") and url.split("://", 1)[1].split("/", 1)[0].count("@") > 1:
+        # libpq splits at the first "@", a URL parser at the last: never guess which part is the password.
+        raise StoreError(
+            f"{source}: the password in {_excerpt(redact_url(url))} holds an unencoded '@'",
+            "write it as %40, or leave it out and put it in PGPASSWORD or ~/.pgpass",
+        )
     return ResultsStore(url, write=write)

@@ -45,6 +45,7 @@ from dlinfra import cancel, secrets
 from dlinfra.cache import add_build
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.inventory import load_inventory
+from dlinfra.runtime import interrupt
 from dlinfra.runtime.orphans import CAMPAIGN_ENV, CONTROLLER_ENV, controller_mark, runner_dir_prefix, stop_playbook
 from dlinfra.runtime.progress import note
 from dlinfra.runtime.runs_registry import current_campaign
@@ -358,7 +359,9 @@ def _cancel_on_interrupt(mark: str) -> Iterator[Callable[[], bool]]:
     caught = threading.Event()
     on_main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if on_main else None
-    hooked = on_main and previous is not signal.SIG_IGN  # an ignored SIGINT stays ignored
+    # An ignored SIGINT stays ignored; under ``dlinfra run``'s policy (:mod:`dlinfra.runtime.interrupt`) its
+    # handler sets the process-wide stop that cancel.cancelled() sees, on every thread: no handler of ours.
+    hooked = on_main and previous is not signal.SIG_IGN and interrupt.active() is None
     if hooked:
         signal.signal(signal.SIGINT, lambda signum, frame: caught.set())
 
@@ -439,6 +442,9 @@ def run_playbook(
                 suppress_env_files=True,
                 event_handler=handle,
                 cancel_callback=canceled,
+                # How often runner looks at the callback (5 s by default) and a main thread that waits in it runs
+                # a signal's handler: a stop is seen within a second.
+                settings={"pexpect_timeout": 1},
                 timeout=timeout,
                 limit=limit,
             )

@@ -98,6 +98,13 @@ def current_console() -> Console | None:
     return _REPORTER.console
 
 
+def running_phases() -> str:
+    """The phases running now, innermost of each thread, oldest first ("bm: bring up, ctr: bring up"): what an
+    interrupt stops after. Read without the lock: a signal handler calls it, and its thread may hold it."""
+    innermost = {p.thread: p for p in list(_REPORTER.stack)}
+    return ", ".join(p.name for p in sorted(innermost.values(), key=lambda p: p.started))
+
+
 def say(text: str) -> None:
     """One progress line (rich markup allowed), timestamped."""
     _REPORTER.say(text)

@@ -16,6 +16,7 @@ Idempotent: a daemon that already answers on its socket is reused, never restart
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -30,6 +31,15 @@ from dlinfra.runtime.wait import WaitTimedOut, wait_for
 DEFAULT_SOCKET = "/var/run/docker.sock"
 NETNS_DIR = Path("/run/netns")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$")
+#: OCI runtimes a testbed host's dockerd registers when this machine has the binary (Debian packages crun and
+#: runsc), as role docker_host registers them on other hosts: name -> (binary, its arguments). gVisor shares the
+#: container's network namespace (--network=host; see dlinfra.providers.containers.runtimes); runsc-kvm only
+#: where /dev/kvm is.
+RUNTIMES: dict[str, tuple[str, list[str]]] = {
+    "crun": ("crun", []),
+    "runsc": ("runsc", ["--platform=ptrace", "--network=host"]),
+    "runsc-kvm": ("runsc", ["--platform=kvm", "--network=host"]),
+}
 
 
 def state_base() -> tuple[Path, Path]:
@@ -59,9 +69,27 @@ class DockerdPaths:
             cmd += ["--data-root", self.data_root]
         if self.netns is None:
             return cmd
+        cmd += ["--config-file", self.config_file]
         # nsenter --net, not `ip netns exec`: the latter remounts /sys in a private mount namespace,
         # which hides /sys/fs/cgroup from dockerd ("Devices cgroup isn't mounted" on cgroup v1).
         return ["nsenter", f"--net={NETNS_DIR / self.netns}", "--", *cmd]
+
+    @property
+    def config_file(self) -> str:
+        """A testbed dockerd's own daemon.json (its runtimes), beside its socket: the machine's is not its."""
+        return self.socket.removesuffix(".sock") + ".json"
+
+
+def write_config(paths: DockerdPaths) -> dict[str, object]:
+    """Write a testbed dockerd's daemon.json: the runtimes of :data:`RUNTIMES` whose binary is installed here."""
+    runtimes: dict[str, object] = {}
+    for name, (binary, args) in RUNTIMES.items():
+        path = shutil.which(binary)
+        if path and (name != "runsc-kvm" or Path("/dev/kvm").exists()):
+            runtimes[name] = {"path": path, **({"runtimeArgs": args} if args else {})}
+    config: dict[str, object] = {"runtimes": runtimes} if runtimes else {}
+    Path(paths.config_file).write_text(json.dumps(config, indent=2) + "\n")
+    return config
 
 
 def dockerd_paths(netns: str | None = None) -> DockerdPaths:
@@ -126,6 +154,7 @@ def start_dockerd(netns: str, *, host: str | None = None, wait_s: float = 90.0) 
         if folder:
             Path(folder).mkdir(parents=True, exist_ok=True)
     proc: subprocess.Popen[bytes] | None = None
+    write_config(paths)
     if pid_of(paths.pidfile) is None:
         with open(paths.log, "ab") as log:
             proc = subprocess.Popen(  # fixed argv; the namespace name is validated
@@ -238,7 +267,8 @@ def dockerd_of(pid: int) -> DockerdPaths | None:
 
 
 def remove_dockerd_state(paths: DockerdPaths, *, dry_run: bool = False) -> dict[str, list[str]]:
-    """Unmount and delete a stopped per-namespace dockerd's exec-root and data root, socket, pidfile and log.
+    """Unmount and delete a stopped per-namespace dockerd's exec-root and data root, socket, pidfile, log and
+    daemon.json.
 
     The data root holds every image loaded into that daemon (GBs); only ``testbed down`` and
     the sweep of a testbed that is gone call this. ``dry_run`` lists what is there.
@@ -259,7 +289,7 @@ def remove_dockerd_state(paths: DockerdPaths, *, dry_run: bool = False) -> dict[
             subprocess.run(["rm", "-rf", "--one-file-system", "--", root], capture_output=True, check=False)
             if Path(root).exists():  # something was still mounted below it: what is left is retried next time
                 shutil.rmtree(root, ignore_errors=True)
-    for file in (paths.socket, paths.pidfile, paths.log):
+    for file in (paths.socket, paths.pidfile, paths.log, paths.config_file):
         if file and (Path(file).exists() or Path(file).is_symlink()):
             removed["files"].append(file)
             if not dry_run:

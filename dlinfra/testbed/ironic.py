@@ -11,8 +11,10 @@ The ``redfish`` hardware type is enabled beside it: a node behind a Redfish
 BMC (sushy-tools' emulator in front of a libvirt guest: tests/redfish_support.py)
 is really powered and given its boot device; a node gets each interface from the
 first enabled one its hardware type supports, so fake nodes stay all fake. The
-``direct`` deploy interface is enabled for adoption only (a node already installed,
-taken over as it is); no agent ramdisk is built here.
+``ramdisk`` deploy interface deploys such a node from a boot ISO that the BMC downloads
+and attaches as virtual media (tests/providers/test_ironic_redfish_deploy.py); the
+``direct`` one is enabled for adoption only (a node already installed, taken over as it
+is): no agent ramdisk is built here.
 
 Ironic lives in its own venv (``scripts/install-openstack.sh``, ``make openstack``;
 ``$DLINFRA_OPENSTACK_VENV``, default ``<repo>/.venv-openstack``): its pinned
@@ -78,6 +80,11 @@ dhcp_provider = none
 [conductor]
 automated_clean = false
 deploy_callback_timeout = 0
+
+[deploy]
+# A ramdisk deploy's boot_iso (an HTTP URL) is handed to the BMC as it is, which downloads it (the Redfish
+# emulator does), instead of Ironic copying it into an HTTP root of its own: none is served here.
+ramdisk_image_download_source = http
 
 [oslo_concurrency]
 lock_path = @STATE@/locks

@@ -6,8 +6,9 @@ Why a second stack class: the suite's stack (:class:`~dlinfra.testbed.openstack.
 fake driver, whose servers have no guest, and a registered agent row. This one boots the project's guest image
 under libvirtd and runs ``neutron-openvswitch-agent``, which programs the bridges' flows and reports the ports up;
 it talks to ``neutron-rpc-server`` over a private RabbitMQ node (Debian's ``rabbitmq-server``, started here as a
-process of the stack). It is what the probe (scripts/probe-nova-libvirt.py) and the opt-in conformance case
-(``DLINFRA_NOVA_LIBVIRT_CONFORMANCE=1``) run.
+process of the stack). It is what the probe (scripts/probe-nova-libvirt.py) runs, and, with Zun on it
+(:mod:`dlinfra.testbed.zun`), the one stack of the real-machine cases (marker ``real_openstack``, ``make test``'s
+``real`` stage).
 """
 
 from __future__ import annotations

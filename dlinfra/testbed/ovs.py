@@ -99,7 +99,14 @@ def remove_stale_ports() -> list[str]:
 
 
 def stop_daemons() -> None:
-    """Stop ``ovs-vswitchd`` and ``ovsdb-server`` (the bridge stays in the database for the next start)."""
+    """Remove ``br-int`` and ``br-phys`` (with the host's port ``dlhost`` and any port left on them), then stop
+    ``ovs-vswitchd`` and ``ovsdb-server``. Called only by whoever started them (:func:`ensure_bridge` said so): the
+    machine is left as it was found, with no bridge device and no bridge row in Open vSwitch's database (the next
+    :func:`ensure_bridge` makes them again in about a second). Open vSwitch's database file itself stays, as the
+    Debian package installed it."""
+    if _answers("ovsdb-server"):
+        for bridge in (BRIDGE, PHYSICAL_BRIDGE):
+            _ovs("ovs-vsctl", "--if-exists", "del-br", bridge, check=False)
     for daemon in ("ovs-vswitchd", "ovsdb-server"):
         if _answers(daemon):
             _ovs("ovs-appctl", "-t", daemon, "exit", check=False)

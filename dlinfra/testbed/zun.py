@@ -16,8 +16,9 @@ stack runs. What this adds (state in the stack's folder, processes stopped with 
 dockerd, kuryr and zun-compute each run in a UTS namespace named after the compute host: Zun's docker driver
 manages the node its dockerd calls itself (``docker info``), kuryr binds ports to its own ``gethostname()``, and
 the agent runs as the compute host: the four must agree. Zun and kuryr-libnetwork live in a venv of their own
-(``$DLINFRA_ZUN_VENV``, default ``<repo>/.venv-zun``; ``DLINFRA_OPENSTACK_ZUN=1 make openstack`` makes it).
-The opt-in test tests/providers/test_zun.py runs a container on it; docs/openstack.md says what it showed.
+(``$DLINFRA_ZUN_VENV``, default ``<repo>/.venv-zun``; ``make openstack`` makes it). The real-machine stage's one
+stack is this one (tests/nova_support.py): tests/providers/test_zun.py runs a container on it, the ``zun``
+provider's conformance case and campaign run on it, and the Nova real-guest cases share it.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class ZunServices(LibvirtNovaServices):
         if not zun_available():
             raise DlinfraError(
                 f"Zun and kuryr-libnetwork are not installed in {zun_venv()}",
-                f"run 'DLINFRA_OPENSTACK_ZUN=1 make openstack', or set {VENV_VAR} to a venv with them",
+                f"run 'make openstack', or set {VENV_VAR} to a venv with them",
             )
         if shutil.which("lspci") is None:  # zun-compute's inventory of the host fails without it
             raise DlinfraError("zun-compute needs lspci", "apt-get install pciutils")
@@ -124,16 +125,19 @@ class ZunServices(LibvirtNovaServices):
                                 str(self._dir("docker")), "--pidfile", str(self.state_dir / "docker.pid"),
                                 "--bridge", "none", "--iptables=false", "--ip6tables=false"])  # fmt: skip
         self._wait_until("dockerd", "answer on its socket", lambda: answers(str(self.docker_socket)))
-        if not self.image:
-            return
+        if self.image:
+            self.load_image(self.image)
+
+    def load_image(self, image: str) -> None:
+        """``image`` from the machine's dockerd into Zun's (there is no registry to pull from)."""
         load_argv = ["docker", "--host", f"unix://{self.docker_socket}", "load"]
-        with subprocess.Popen(["docker", "save", self.image], stdout=subprocess.PIPE) as save:
+        with subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE) as save:
             load = subprocess.run(load_argv, stdin=save.stdout, capture_output=True, text=True, check=False)
             assert save.stdout is not None
             save.stdout.close()  # a load that ended early ends the save too
             saved = save.wait()
         if saved != 0 or load.returncode != 0:
-            raise DlinfraError(f"openstack testbed: loading {self.image} into Zun's dockerd failed: {load.stderr}")
+            raise DlinfraError(f"openstack testbed: loading {image} into Zun's dockerd failed: {load.stderr}")
 
     def _kuryr(self) -> None:
         """kuryr-libnetwork on a free port, and the spec file that tells dockerd where it answers."""

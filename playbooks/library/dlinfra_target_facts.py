@@ -49,7 +49,10 @@ kernel: {description: The kernel release (uname -r), type: str, returned: always
 architecture: {description: The machine (uname -m), type: str, returned: always}
 python: {description: The version of the Python that runs Ansible's modules there, type: str, returned: always}
 cpu_model: {description: The first CPU's model name, type: str, returned: always}
-logical_cpus: {description: "Logical CPUs the kernel lists (every one: the payload identity's cpu_count is the pinned set)", type: int, returned: always}
+logical_cpus:
+  description: "Logical CPUs the kernel lists, every one (the payload identity's cpu_count is its pinned set)"
+  type: int
+  returned: always
 threads_per_core: {description: Hardware threads per core (siblings / cpu cores), type: int, returned: always}
 cpu_flags: {description: The asked-for flags this CPU has, type: list, returned: always}
 microcode: {description: Microcode revision, or unknown, type: str, returned: always}

@@ -14,6 +14,7 @@ from support import need, run_cli
 
 from dlinfra import __version__
 from dlinfra.errors import StoreError
+from dlinfra.record import Steadiness
 from dlinfra.results.store import CellOutcome, open_store
 
 COMMANDS = ["testbed", "run", "bench", "results", "report"]
@@ -127,6 +128,25 @@ def test_results_list_show_and_export(filled_store: Path, tmp_path: Path) -> Non
         frame = pd.read_csv(out) if fmt == "csv" else pd.read_parquet(out)
         assert sorted(frame["examples_per_sec"]) == [100.0, 110.0]
         assert set(frame["campaign_id"]) == {"demo-1"}
+
+
+def test_results_show_explains_a_high_cv_by_the_cpus_own_speed(tmp_path: Path) -> None:
+    """Runs 34k to 66k examples/s apart, each record saying its chunks of identical steps varied by 17-19% and
+    nothing else ran: the table shows each run's speed CV, and a line says what the records say of the noise."""
+    db = tmp_path / "r.db"
+    with open_store(str(db)) as store:
+        store.add_campaign("noisy", "noisy", {})
+        for repeat, (rate, speed) in enumerate([(33_900.0, 17.0), (65_700.0, 19.0), (50_000.0, 18.0)]):
+            r = make_record("noisy", repeat=repeat, throughput=rate)
+            r.metrics.steadiness = Steadiness(chunk_steps=150, chunks=20, chunk_s=0.2, cv_pct=speed, adjacent_sd_pct=17)
+            p = r.provenance
+            store.store_cell(CellOutcome("noisy", p.cell_hash, repeat, "bm", "mnist-dnn", p.cell_config, "ok"), [r])
+    shown = run_cli("--db", str(db), "results", "show", "noisy", env={"COLUMNS": "250"})
+    assert shown.returncode == 0, shown.stderr
+    assert "speed CV %" in shown.stdout and "19.0" in shown.stdout
+    said = " ".join(shown.stdout.split())
+    assert "mnist-dnn bm: throughput CV 31.9% over 3 runs: the CPU's speed varied by 18% during these runs" in said
+    assert "(another tenant of the physical host?)" in said
 
 
 def test_results_show_unknown_campaign_is_one_line(filled_store: Path) -> None:

@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-from support import need, run_cli
+from support import need, pinned_inventory, run_cli
 
 from dlinfra.record import RunRecord
 from dlinfra.results.store import CONTAMINATED, open_store
@@ -26,21 +25,10 @@ from dlinfra.results.store import CONTAMINATED, open_store
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-def _pinned_inventory(deployed, cpu: str, tmp_path: Path) -> Path:
-    """The folder's testbed inventory with its first host alone, pinned to ``cpu`` (``dlinfra_cpus``)."""
-    host = deployed.bed.state.hosts[0]
-    inventory = yaml.safe_load(Path(deployed.bed.inventory).read_text())
-    (group,) = inventory["all"]["children"].values()
-    group["hosts"] = {host.name: {**group["hosts"][host.name], "dlinfra_cpus": cpu}}
-    pinned = tmp_path / "pinned.yml"
-    pinned.write_text(yaml.safe_dump(inventory))
-    return pinned
-
-
 def test_a_hog_on_the_payloads_cpu_flags_reruns_then_calls_the_host_busy(deployed, tmp_path: Path) -> None:
     host = deployed.bed.state.hosts[0]
     cpu = str(min(os.sched_getaffinity(0)))
-    pinned = _pinned_inventory(deployed, cpu, tmp_path)
+    pinned = pinned_inventory(deployed, cpu, tmp_path)
     spec = tmp_path / "busy.yml"
     spec.write_text(
         f"name: busy-it\ninventory: {pinned}\nlayers: [bm]\ncell_timeout: 120\n"
@@ -201,7 +189,7 @@ def test_a_shielded_campaign_killed_with_sigkill_is_restored_by_sweep(deployed, 
     cpus = sorted(os.sched_getaffinity(0))
     need(len(cpus) >= 2, "two CPUs (a shield keeps one for the payload, the rest for everything else)")
     host, cpu = deployed.bed.state.hosts[0], str(cpus[-1])
-    pinned = _pinned_inventory(deployed, cpu, tmp_path)
+    pinned = pinned_inventory(deployed, cpu, tmp_path)
     spec = tmp_path / "shielded.yml"
     spec.write_text(
         f"name: shield-it\ninventory: {pinned}\nlayers: [bm]\ncell_timeout: 300\nshield: true\n"

@@ -5,6 +5,7 @@ hog pinned to the payload's CPU, which the record must see, name and measure."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from support import need
 
 from dlinfra.orchestration.interference import InterferencePolicy, assess
 from dlinfra.payload.interference import InterferenceMeter, parse_proc_stat, parse_psi_some_us
-from dlinfra.record import Interference, RunRecord, foreign_cpu_s, foreign_shares
+from dlinfra.record import Interference, RunRecord, Steadiness, foreign_cpu_s, foreign_shares
 
 STAT = """cpu  100 0 50 1000 0 0 0 0 0 0
 cpu0 {u0} 0 {s0} 500 0 {i0} 0 {st0} 0 0
@@ -102,6 +103,69 @@ def test_the_verdict_flags_a_cell_over_the_bound_names_who_and_not_a_deliberate_
     quiet = assess([_with(make_record(), others_cpu_s=0.2)], InterferencePolicy())
     assert not quiet.contaminated and quiet.foreign_share == pytest.approx(0.02)
     assert assess([make_record()], InterferencePolicy()).foreign_share is None
+
+
+def test_irq_time_is_not_others_and_siblings_count_for_the_overlap_of_windows_only() -> None:
+    """Of 4 s that are not the payload's own, 1 s was IRQ/softirq (the payload's own network and ticks, as far as
+    anyone can say): 3 s are others'. A sibling whose 10 s window overlaps the chief's by 5 s is subtracted by half."""
+    chief = _with(make_record(role="chief"), irq_cpu_s=1.0, started=1000.0)
+    assert foreign_cpu_s(chief, [chief]) == pytest.approx(3.0)
+    worker = _with(make_record(role="worker"), own_cpu_s=2.0, started=1005.0)
+    assert foreign_cpu_s(chief, [chief, worker]) == pytest.approx(3.0 - 2.0 * 0.5)
+    older = _with(make_record(role="worker"), own_cpu_s=2.0)  # a record from before window times: all of it
+    assert foreign_cpu_s(chief, [chief, older]) == pytest.approx(1.0)
+
+
+def test_a_thermal_throttle_in_the_window_contaminates_and_pressure_is_said() -> None:
+    hot = _with(make_record(), others_cpu_s=0.1, throttle_events=3, psi_some_s=2.0, psi_source="cgroup")
+    verdict = assess([hot], InterferencePolicy())
+    assert verdict.contaminated and "3 thermal throttle event(s)" in verdict.detail
+    assert "CPU pressure (cgroup) 20%" in verdict.detail
+    pressed = assess(
+        [_with(make_record(), others_cpu_s=0.1, psi_some_s=5.0, psi_source="cgroup")], InterferencePolicy()
+    )
+    assert not pressed.contaminated  # a quota's own stalls are the experiment: pressure alone judges nothing
+
+
+def test_the_window_opens_at_the_measured_work_and_closes_once(tmp_path: Path, monkeypatch) -> None:
+    """Counters read when the phases say the measured work begins, not at the meter's creation; the record built
+    afterwards gets the figures of the closed window."""
+    from dlinfra.payload import interference
+    from dlinfra.payload.measure import Phases
+
+    monkeypatch.setattr(interference, "_own_tree_cpu_s", lambda me: 0.0)
+    monkeypatch.setattr(interference, "_others_cpu_s", lambda pids: {})
+    hz = os.sysconf("SC_CLK_TCK")
+    _tree(tmp_path, u0=100, s0=0, i0=0, st0=0, some=0, freq=2_000_000, throttles=0)
+    phases = Phases(time.time())
+    phases.window = InterferenceMeter([0], proc=tmp_path / "proc", sys_root=tmp_path / "sys")
+    _tree(tmp_path, u0=500, s0=0, i0=0, st0=0, some=0, freq=2_000_000, throttles=0)  # the import: outside
+    before = time.time()
+    phases.measuring()
+    _tree(tmp_path, u0=600, s0=0, i0=0, st0=0, some=0, freq=2_000_000, throttles=0)
+    phases.measured()
+    _tree(tmp_path, u0=900, s0=0, i0=0, st0=0, some=0, freq=2_000_000, throttles=0)  # after the window
+    found = phases.window.stop()
+    assert found is not None and found.busy_cpu_s == pytest.approx(100 / hz, abs=1e-3)
+    assert before <= found.started <= time.time()
+
+
+def test_steadiness_is_the_dispersion_of_chunks_of_identical_steps() -> None:
+    """1000 steps of 10 ms in chunks of 0.2 s (20 steps): a steady CPU gives 0; one whose chunks ran 10% faster and 10%
+    slower in turn gives the chunks' CV and the adjacent log ratios' SD, computed by hand."""
+    steady = Steadiness.of([0.01] * 1000)
+    assert steady is not None and (steady.chunk_steps, steady.chunks) == (20, 50)
+    assert steady.cv_pct == 0 and steady.adjacent_sd_pct == 0 and steady.chunk_s == pytest.approx(0.2)
+    alternating = [0.009 if (i // 20) % 2 == 0 else 0.011 for i in range(1000)]  # mean 10 ms: chunks of 20
+    found = Steadiness.of(alternating)
+    chunks = [0.18, 0.22] * 25
+    mean = sum(chunks) / 50
+    cv = (sum((c - mean) ** 2 for c in chunks) / 49) ** 0.5 / mean * 100
+    assert found is not None and found.cv_pct == pytest.approx(cv, abs=0.01)
+    assert found.adjacent_sd_pct == pytest.approx(math.log(0.22 / 0.18) * 100 * (49 / 48) ** 0.5, abs=0.01)
+    assert Steadiness.of([0.01] * 4) is None  # too few steps to chunk
+    short = Steadiness.of([1.0] * 10)  # steps longer than a chunk: one step a chunk, at least 5 chunks
+    assert short is not None and short.chunk_steps == 1 and short.chunks == 10
 
 
 @pytest.mark.slow  # real processes for a few seconds: no daemon

@@ -58,6 +58,9 @@ class Case:
     inventory: Callable[[Any], Path] | None = None
     #: Whether the live checks (up, down, sweep) run; the validate check always does.
     live: bool = True
+    #: Whether its live checks run on real machines behind OpenStack (marker ``real_openstack``): only ``make test``'s
+    #: ``real`` stage selects them, in one process that shares one real-guest stack (tests/nova_support.py).
+    real: bool = False
 
     @property
     def id(self) -> str:
@@ -214,14 +217,14 @@ def _need_nova_libvirt() -> None:
     libvirt_nova_services()
 
 
-if os.environ.get("DLINFRA_NOVA_LIBVIRT_CONFORMANCE"):  # one TCG boot and the stack: by hand, alone in its process
-    CASES.append(
-        Case(
-            "nova", "vm", {"network": "dlinfra-net", "ram_mb": 1536, "disk_gb": 8, "name_prefix": "pc",
-                           "boot_timeout": 900, "poll_interval": 1.0},
-            [], _need_nova_libvirt, deploy=True, variant="libvirt",
-        )
-    )  # fmt: skip
+# One TCG boot per live check, on the real-guest stack: the real stage's (marker real_openstack).
+CASES.append(
+    Case(
+        "nova", "vm", {"network": "dlinfra-net", "ram_mb": 1536, "disk_gb": 8, "name_prefix": "pc",
+                       "boot_timeout": 900, "poll_interval": 1.0},
+        [], _need_nova_libvirt, deploy=True, variant="libvirt", real=True,
+    )
+)  # fmt: skip
 
 
 def _need_zun() -> None:
@@ -260,22 +263,24 @@ CASES.append(
          ({"memory_mb": 1}, r"layer_options.ctr.memory_mb: 1 must be"),
          ({"image_driver": "registry"}, r"layer_options.ctr.image_driver"),
          ({"placement": "pack"}, r"unknown option\(s\) placement")],
-        # The stack and a Zun venv only when asked (docs/testing.md): validate runs always, the rest by hand.
-        _need_zun, inventory=_zun_inventory, live=bool(os.environ.get("DLINFRA_ZUN_STACK")),
+        # Validate runs in the suite; the live checks on the real stage's stack (docs/testing.md).
+        _need_zun, inventory=_zun_inventory, real=True,
     )
 )  # fmt: skip
 
-if os.environ.get("DLINFRA_REDFISH_CONFORMANCE"):  # three TCG boots: run by hand (docs/openstack.md), not by CI
-    CASES.append(
-        Case(
-            "ironic", "bm", {"resource_class": "dlinfra-redfish", "adopt": True, "poll_interval": 1.0,
-                             "deploy_timeout": 900, "instance_info": {"image_source": "file:///dlinfra-guest.qcow2"}},
-            [], _need_redfish_node, deploy=True, variant="redfish", inventory=_redfish_inventory,
-        )
-    )  # fmt: skip
+# Three TCG boots (the node's first, one per adoption): the real stage's, in a process of its own (its domain would
+# stand in the way of the real-guest stack's start: Nova's compute refuses a hypervisor that holds one).
+CASES.append(
+    Case(
+        "ironic", "bm", {"resource_class": "dlinfra-redfish", "adopt": True, "poll_interval": 1.0,
+                         "deploy_timeout": 900, "instance_info": {"image_source": "file:///dlinfra-guest.qcow2"}},
+        [], _need_redfish_node, deploy=True, variant="redfish", inventory=_redfish_inventory, real=True,
+    )
+)  # fmt: skip
 
 IDS = [c.id for c in CASES]
-LIVE = [c for c in CASES if c.live]
+#: The live checks' parameters: a real case carries the ``real_openstack`` marker, which the suite's stages exclude.
+LIVE = [pytest.param(c, id=c.id, marks=[pytest.mark.real_openstack] if c.real else []) for c in CASES if c.live]
 
 
 def test_every_shipped_provider_has_a_case() -> None:
@@ -339,7 +344,7 @@ def _found(cls: Any, labels: set[str]) -> dict[str, list[dict[str, Any]]]:
     return {label: entries for label, entries in cls.discover().items() if label in labels}
 
 
-@pytest.mark.parametrize("case", LIVE, ids=[c.id for c in LIVE])
+@pytest.mark.parametrize("case", LIVE)
 def test_up_twice_verify_the_payload_then_down_leaves_nothing(
     case: Case, testbed: Any, wheelhouse: Any, tmp_path: Path
 ) -> None:
@@ -384,6 +389,9 @@ def test_up_twice_verify_the_payload_then_down_leaves_nothing(
         timings["deploy"] += time.monotonic()
         found = verify_identities(targets, wheelhouse.payload_hash)  # raises, naming the target, on a mismatch
         assert {ident["payload_hash"] for ident in found.values()} == {wheelhouse.payload_hash}
+        if case.real:  # the evidence, for the stage's log
+            print(f"\n{case.id}: targets {[(t.name, t.address) for t in targets]}, payload hash "
+                  f"{wheelhouse.payload_hash} reported by each")  # fmt: skip
         if case.provider == "libvirt":  # the guest this case booted is checked here: a boot costs minutes
             _check_the_guest(targets[0], wheelhouse, tmp_path)
     finally:
@@ -467,6 +475,10 @@ def _check_the_nova_guest(target: Any) -> None:
     assert Path(str(target.known_hosts)).read_text().startswith(f"{target.address} ssh-ed25519 ")
     whoami = _guest_run(target, ["id", "-u"])
     assert whoami.returncode == 0 and whoami.stdout.strip() != "0", whoami.stderr
+    key = Path(str(target.known_hosts)).read_text().split()[2]
+    print(f"\nnova server {server.name} ({server.id}) {server.status}, domain {server.instance_name} running, "
+          f"port {[(p.id, p.status, p.binding_vif_type) for p in ports]}, at {target.address} (Nova: {addresses}), "
+          f"host key from its console ssh-ed25519 ...{key[-12:]}, login uid {whoami.stdout.strip()}")  # fmt: skip
 
 
 def _check_the_zun_container(target: Any, tmp_path: Path) -> None:
@@ -489,22 +501,30 @@ def _check_the_zun_container(target: Any, tmp_path: Path) -> None:
         assert link.read(inside) == local.read_bytes()
         with pytest.raises(FileNotFoundError):
             link.read(f"{target.runs_dir}/check/absent.json")
-        assert link.run(["hostname"]).stdout.strip() != COMPUTE_HOST  # inside the container, not on its host
+        hostname = link.run(["hostname"]).stdout.strip()
+        assert hostname != COMPUTE_HOST  # inside the container, not on its host
     finally:
         link.close()
+    print(f"\nzun container {target.details['zun_container']} on {target.details['zun_host']}, hostname {hostname}, "
+          f"port {port.id} {port.status} bound to {port.binding_host_id}, address {target.peer_ip}")  # fmt: skip
 
 
 def _check_the_redfish_node(target: Any, powered: str) -> None:
     """In libvirtd itself: the node's guest is ``powered``; its first boot device is its disk (set by Ironic's
     adoption); while running, the target is the guest at the address network_data records."""
+    import ironic_support
     from redfish_support import boot_order, redfish_node, virsh
 
     node = redfish_node()
-    assert virsh("domstate", node.domain) == powered
+    state = virsh("domstate", node.domain)
+    assert state == powered
     assert boot_order(node.domain)[:1] == ["disk"], boot_order(node.domain)
     if target is not None:
         assert (target.name, target.address) == ("dlit-redfish-node", node.address)
         assert target.details["ironic_node"] == node.node_id
+    ironic = ironic_support.connection().baremetal.get_node(node.node_id)
+    print(f"\nredfish node {ironic.name} ({ironic.id}): ironic {ironic.provision_state}, {ironic.power_state}; "
+          f"domain {node.domain} {state}, boot order {boot_order(node.domain)}")  # fmt: skip
 
 
 _CONTROLLER = """
@@ -522,7 +542,7 @@ time.sleep(900)
 """
 
 
-@pytest.mark.parametrize("case", LIVE, ids=[c.id for c in LIVE])
+@pytest.mark.parametrize("case", LIVE)
 def test_sweep_after_sigkill_in_the_middle_of_up_leaves_nothing(case: Case, testbed: Any, tmp_path: Path) -> None:
     """The controller is killed as soon as the provider has made something (or, for a provider that makes
     nothing, once up returned); ``sweep`` of its labels then leaves nothing behind and no state file."""
@@ -561,82 +581,78 @@ def test_sweep_after_sigkill_in_the_middle_of_up_leaves_nothing(case: Case, test
     assert not [r for r in dead_runs() if r.label in labels], "no state file left either"
 
 
-if os.environ.get("DLINFRA_NOVA_LIBVIRT_CONFORMANCE"):  # defined, and so collected, only beside that case
+@pytest.mark.real_openstack
+def test_a_ctr_vm_cell_runs_in_a_server_nova_boots(tmp_path: Path) -> None:
+    """``dlinfra run`` with a vm and a ctr-vm cell on one server that Nova's libvirt driver boots from
+    dlinfra's guest image: ctr-vm stacks on it as on a libvirt guest (the guest's dockerd, the payload image's
+    own layer shipped in), both rows from that guest with one payload hash; afterwards Nova holds no server
+    of the run and libvirtd no domain of it. One inventory host carries the two layers and stands for the
+    cloud; the server is not named after it, so the provider reaches it at the address Nova reports."""
+    _need_nova_libvirt()
+    from nova_support import libvirt_nova_services
 
-    def test_a_ctr_vm_cell_runs_in_a_server_nova_boots(tmp_path: Path) -> None:
-        """``dlinfra run`` with a vm and a ctr-vm cell on one server that Nova's libvirt driver boots from
-        dlinfra's guest image: ctr-vm stacks on it as on a libvirt guest (the guest's dockerd, the payload image's
-        own layer shipped in), both rows from that guest with one payload hash; afterwards Nova holds no server
-        of the run and libvirtd no domain of it. One inventory host carries the two layers and stands for the
-        cloud; the server is not named after it, so the provider reaches it at the address Nova reports."""
-        _need_nova_libvirt()
-        from nova_support import libvirt_nova_services
-
-        hosts = tmp_path / "hosts.yml"
-        hosts.write_text(
-            "all:\n  hosts:\n    cloud:\n      ansible_host: 127.0.0.1\n      dlinfra_layers: [vm, ctr-vm]\n"
-        )
-        spec = tmp_path / "nova.yml"
-        spec.write_text(
-            f"name: nova-ctr-vm\ninventory: {hosts}\nlayers: [vm, ctr-vm]\nrepeats: 1\nwarmup_steps: 1\nsteps: 2\n"
-            "cell_timeout: 1200\nlayer_options:\n"
-            "  vm: {provider: nova, network: dlinfra-net, ram_mb: 2048, disk_gb: 8, name_prefix: pcc, "
-            "boot_timeout: 900, poll_interval: 1.0}\n"
-            "  ctr-vm: {provider: docker, run_id: pcnova}\n"
-            "workloads:\n  - name: sysbench-cpu\n    matrix: {mode: [single], time: [1]}\n"
-        )
-        found, took = _one_campaign(spec, "nova-ctr-vm", 2, tmp_path, timeout=2400)
-        rows = {r["layer"]: r for r in found}
-        assert set(rows) == {"vm", "ctr-vm"} and all(r["status"] == "ok" for r in rows.values()), rows
-        assert len({r["payload_hash"] for r in rows.values()}) == 1  # the guest's venv and the image: same bytes
-        vm = json.loads(rows["vm"]["record_json"])["provenance"]
-        ctr = json.loads(rows["ctr-vm"]["record_json"])["provenance"]
-        server = vm["target_details"]["nova_server"]
-        assert "stand_in_host" not in vm["target_details"]  # reached at the address Nova reports
-        assert ctr["target_details"]["guest"]["nova_server"] == server  # ctr-vm ran in that same server
-        assert ctr["target_details"]["engine"] == "docker"
-        assert ctr["hostname"].startswith("dlinfra-pcnova-"), ctr["hostname"]  # the container's own hostname
-        leftovers = [s.name for s in libvirt_nova_services().connection().compute.servers() if s.name.startswith("pcc")]
-        assert leftovers == [], leftovers
-        assert not [d for d in _virsh("list", "--all", "--name").split() if d.startswith("instance-")]
-        print(f"\nnova ctr-vm campaign: {took:.1f} s, server {server}, rows {[rows[k]['elapsed_s'] for k in rows]}")
+    hosts = tmp_path / "hosts.yml"
+    hosts.write_text("all:\n  hosts:\n    cloud:\n      ansible_host: 127.0.0.1\n      dlinfra_layers: [vm, ctr-vm]\n")
+    spec = tmp_path / "nova.yml"
+    spec.write_text(
+        f"name: nova-ctr-vm\ninventory: {hosts}\nlayers: [vm, ctr-vm]\nrepeats: 1\nwarmup_steps: 1\nsteps: 2\n"
+        "cell_timeout: 1200\nlayer_options:\n"
+        "  vm: {provider: nova, network: dlinfra-net, ram_mb: 2048, disk_gb: 8, name_prefix: pcc, "
+        "boot_timeout: 900, poll_interval: 1.0}\n"
+        "  ctr-vm: {provider: docker, run_id: pcnova}\n"
+        "workloads:\n  - name: sysbench-cpu\n    matrix: {mode: [single], time: [1]}\n"
+    )
+    found, took = _one_campaign(spec, "nova-ctr-vm", 2, tmp_path, timeout=2400)
+    rows = {r["layer"]: r for r in found}
+    assert set(rows) == {"vm", "ctr-vm"} and all(r["status"] == "ok" for r in rows.values()), rows
+    assert len({r["payload_hash"] for r in rows.values()}) == 1  # the guest's venv and the image: same bytes
+    vm = json.loads(rows["vm"]["record_json"])["provenance"]
+    ctr = json.loads(rows["ctr-vm"]["record_json"])["provenance"]
+    server = vm["target_details"]["nova_server"]
+    assert "stand_in_host" not in vm["target_details"]  # reached at the address Nova reports
+    assert ctr["target_details"]["guest"]["nova_server"] == server  # ctr-vm ran in that same server
+    assert ctr["target_details"]["engine"] == "docker"
+    assert ctr["hostname"].startswith("dlinfra-pcnova-"), ctr["hostname"]  # the container's own hostname
+    leftovers = [s.name for s in libvirt_nova_services().connection().compute.servers() if s.name.startswith("pcc")]
+    assert leftovers == [], leftovers
+    assert not [d for d in _virsh("list", "--all", "--name").split() if d.startswith("instance-")]
+    print(f"\nnova ctr-vm campaign: {took:.1f} s, server {server}, rows {[rows[k]['elapsed_s'] for k in rows]}")
 
 
-if os.environ.get("DLINFRA_ZUN_STACK"):  # defined, and so collected, only beside the zun case's live checks
+@pytest.mark.real_openstack
+def test_a_ctr_cell_runs_in_a_container_zun_places(testbed: Any, tmp_path: Path) -> None:
+    """``dlinfra run`` with ctr cells through the ``zun`` provider: the payload image loaded on the compute
+    host, a container Zun places there and Neutron wires, the cells entered through the host (a sysbench cell
+    and a TensorFlow one), their records read from the container's own runs folder; afterwards Zun holds no
+    container of the run and the compute host's engine neither container nor image of it."""
+    from nova_support import zun_services
 
-    def test_a_ctr_cell_runs_in_a_container_zun_places(testbed: Any, tmp_path: Path) -> None:
-        """``dlinfra run`` with ctr cells through the ``zun`` provider: the payload image loaded on the compute
-        host, a container Zun places there and Neutron wires, the cells entered through the host (a sysbench cell
-        and a TensorFlow one), their records read from the container's own runs folder; afterwards Zun holds no
-        container of the run and the compute host's engine neither container nor image of it."""
-        from nova_support import zun_services
+    from dlinfra.testbed.openstack import COMPUTE_HOST
 
-        from dlinfra.testbed.openstack import COMPUTE_HOST
-
-        _need_zun()
-        inventory = _zun_inventory(testbed)
-        spec = tmp_path / "zun.yml"
-        spec.write_text(
-            f"name: zun-ctr\ninventory: {inventory}\nlayers: [ctr]\nrepeats: 1\nwarmup_steps: 1\nsteps: 4\n"
-            "cell_timeout: 900\nlayer_options:\n"
-            "  ctr: {provider: zun, network: dlinfra-net, cpu: 1, memory_mb: 2048, poll_interval: 0.5}\n"
-            "workloads:\n  - name: sysbench-cpu\n    matrix: {mode: [single], time: [1]}\n"
-            "  - name: mnist-dnn\n    matrix: {mode: [single], batch_size: [64], data: [synthetic]}\n"
-        )
-        rows, took = _one_campaign(spec, "zun-ctr", 2, tmp_path, timeout=1800)
-        assert {r["workload"] for r in rows} == {"sysbench-cpu", "mnist-dnn"}
-        assert all(r["status"] == "ok" and r["provider"] == "zun" and r["layer"] == "ctr" for r in rows), rows
-        details = [json.loads(r["record_json"])["provenance"]["target_details"] for r in rows]
-        assert {d["zun_host"] for d in details} == {COMPUTE_HOST} and len({d["zun_container"] for d in details}) == 1
-        stack = zun_services()
-        reply = stack.connection().session.get(f"{stack.url('zun')}/v1/containers", headers={
-            "OpenStack-API-Version": "container 1.40"}).json()  # fmt: skip
-        assert reply["containers"] == [], "Zun lists no container (this process's stack: only this run used it)"
-        engine = ["docker", "--host", f"unix://{stack.docker_socket}"]
-        left = subprocess.run([*engine, "ps", "-aq"], capture_output=True, text=True, check=True).stdout.split()
-        images = subprocess.run([*engine, "images", "-q"], capture_output=True, text=True, check=True).stdout.split()
-        assert (left, images) == ([], []), "the run's container and the image it loaded are gone"
-        print(f"\nzun ctr campaign: {took:.1f} s, rows {[(r['workload'], r['elapsed_s']) for r in rows]}")
+    _need_zun()
+    inventory = _zun_inventory(testbed)
+    spec = tmp_path / "zun.yml"
+    spec.write_text(
+        f"name: zun-ctr\ninventory: {inventory}\nlayers: [ctr]\nrepeats: 1\nwarmup_steps: 1\nsteps: 4\n"
+        "cell_timeout: 900\nlayer_options:\n"
+        "  ctr: {provider: zun, network: dlinfra-net, cpu: 1, memory_mb: 2048, poll_interval: 0.5}\n"
+        "workloads:\n  - name: sysbench-cpu\n    matrix: {mode: [single], time: [1]}\n"
+        "  - name: mnist-dnn\n    matrix: {mode: [single], batch_size: [64], data: [synthetic]}\n"
+    )
+    rows, took = _one_campaign(spec, "zun-ctr", 2, tmp_path, timeout=1800)
+    assert {r["workload"] for r in rows} == {"sysbench-cpu", "mnist-dnn"}
+    assert all(r["status"] == "ok" and r["provider"] == "zun" and r["layer"] == "ctr" for r in rows), rows
+    details = [json.loads(r["record_json"])["provenance"]["target_details"] for r in rows]
+    assert {d["zun_host"] for d in details} == {COMPUTE_HOST} and len({d["zun_container"] for d in details}) == 1
+    stack = zun_services()
+    reply = stack.connection().session.get(f"{stack.url('zun')}/v1/containers", headers={
+        "OpenStack-API-Version": "container 1.40"}).json()  # fmt: skip
+    assert reply["containers"] == [], "Zun lists no container (this process's stack: only this run used it)"
+    engine = ["docker", "--host", f"unix://{stack.docker_socket}"]
+    left = subprocess.run([*engine, "ps", "-aq"], capture_output=True, text=True, check=True).stdout.split()
+    images = subprocess.run([*engine, "images", "-q"], capture_output=True, text=True, check=True).stdout.split()
+    assert (left, images) == ([], []), "the run's container and the image it loaded are gone"
+    print(f"\nzun ctr campaign: {took:.1f} s, rows {[(r['workload'], r['elapsed_s']) for r in rows]}")
 
 
 def _one_campaign(spec: Path, campaign: str, cells: int, tmp_path: Path, timeout: float) -> tuple[list[dict], float]:

@@ -3,21 +3,20 @@
 One container through Zun's API, as a tenant would make it: Zun's scheduler places it through Placement on the
 compute host, Neutron binds its port there (``vif_type`` ovs) and the Open vSwitch agent wires it (ACTIVE), the
 server in the container answers at the address Neutron gave it, and the delete leaves no port in Neutron nor on
-``br-int``; after the stack stops, none of its processes and no kuryr spec file is left.
+``br-int``.
 
-Opt-in, like the other real-guest cases (docs/testing.md): ``DLINFRA_ZUN_STACK=1 pytest -s
-tests/providers/test_zun.py`` (about 2 minutes; Zun's venv from ``DLINFRA_OPENSTACK_ZUN=1 make openstack``, and
-Debian's ``openvswitch-switch``, ``rabbitmq-server`` and ``pciutils``). Without the variable nothing is collected.
+Marked ``real_openstack``: ``make test``'s ``real`` stage runs it (``make test-real``), on the one real-guest stack
+of that process (tests/nova_support.py), after the conformance cases that share it; the image is loaded into Zun's
+dockerd for this test and removed after it. The stack stops at the session's end (docs/openstack.md says what it
+leaves behind, and why).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,77 +46,69 @@ def _until(what: str, ready: Any, timeout: float) -> Any:
     return wait_for(what, ready, timeout=timeout, interval=1.0, cancellable=False)
 
 
-if os.environ.get("DLINFRA_ZUN_STACK"):  # the stack and a Zun venv made only when asked: by hand, not by CI
+@pytest.mark.real_openstack
+def test_a_container_zun_places_gets_a_wired_port_and_answers_at_its_address() -> None:
+    from nova_support import zun_services
 
-    def test_a_container_zun_places_gets_a_wired_port_and_answers_at_its_address(tmp_path: Path) -> None:
-        from dlinfra.testbed.nova_libvirt import GATEWAY, libvirt_site
-        from dlinfra.testbed.openstack import COMPUTE_HOST, NETWORK, nova_available, nova_venv
-        from dlinfra.testbed.ovs import ensure_bridge, stop_daemons
-        from dlinfra.testbed.zun import API_VERSION, PLUGIN_SPEC, ZunServices, zun_available, zun_venv
+    from dlinfra.testbed.openstack import COMPUTE_HOST, NETWORK
+    from dlinfra.testbed.zun import API_VERSION
 
-        component("Zun on the OpenStack services with Nova's libvirt driver")
-        need(nova_available(), f"the OpenStack services in {nova_venv()} and mariadbd (make openstack)")
-        need(zun_available(), f"Zun and kuryr-libnetwork in {zun_venv()} (DLINFRA_OPENSTACK_ZUN=1 make openstack)")
-        image = _smallest_payload_image()
-        state = tmp_path / "stack"
-        ovs_started = ensure_bridge(GATEWAY)
-        started = time.monotonic()
-        try:
-            with ZunServices(libvirt_site(), image).start(state) as stack:
-                print(f"\nstack and Zun up in {time.monotonic() - started:.1f} s: {stack.timings}")
-                conn = stack.connection()
-                try:
-                    _one_container(conn, f"{stack.url('zun')}/v1", image, NETWORK, COMPUTE_HOST, API_VERSION)
-                finally:
-                    conn.close()
-            assert not PLUGIN_SPEC.exists(), "the kuryr spec file is removed with the stack"
-            left = subprocess.run(["pgrep", "-af", str(state)], capture_output=True, text=True, check=False).stdout
-            assert not left, f"processes of the stack left: {left}"
-        finally:
-            if ovs_started:
-                stop_daemons()
+    component("Zun on the OpenStack services with Nova's libvirt driver")
+    image = _smallest_payload_image()
+    stack = zun_services()  # the real stage's one stack (tests/nova_support.py)
+    started = time.monotonic()
+    stack.load_image(image)
+    print(f"\n{image} loaded into Zun's dockerd in {time.monotonic() - started:.1f} s; the stack: {stack.timings}")
+    conn = stack.connection()
+    try:
+        _one_container(conn, f"{stack.url('zun')}/v1", image, NETWORK, COMPUTE_HOST, API_VERSION)
+    finally:
+        conn.close()
+        engine = ["docker", "--host", f"unix://{stack.docker_socket}"]
+        subprocess.run([*engine, "rmi", "--force", image], capture_output=True, check=False)
 
-    def _one_container(conn: Any, endpoint: str, image: str, network: str, host: str, version: dict) -> None:
-        net = conn.network.find_network(network)
-        body = {"name": "dlinfra-zun-test", "image": image, "image_driver": "docker",
-                "image_pull_policy": "ifnotpresent", "command": ["python3", "-m", "http.server", "8080"],
-                "nets": [{"network": net.id}], "cpu": 1, "memory": "256",
-                "labels": {"dlinfra_run": "zuntest"}}  # fmt: skip
-        started = time.monotonic()
-        reply = conn.session.post(f"{endpoint}/containers", json=body, headers=version, raise_exc=False)
-        assert reply.status_code == 202, reply.text[:1500]
-        uuid = reply.json()["uuid"]
 
-        def settled(*states: str) -> Any:
-            """The container's status once it is one of ``states`` (or Error), else None."""
-            now = conn.session.get(f"{endpoint}/containers/{uuid}", headers=version).json()["status"]
-            return now if now in (*states, "Error") else None
+def _one_container(conn: Any, endpoint: str, image: str, network: str, host: str, version: dict) -> None:
+    net = conn.network.find_network(network)
+    body = {"name": "dlinfra-zun-test", "image": image, "image_driver": "docker",
+            "image_pull_policy": "ifnotpresent", "command": ["python3", "-m", "http.server", "8080"],
+            "nets": [{"network": net.id}], "cpu": 1, "memory": "256",
+            "labels": {"dlinfra_run": "zuntest"}}  # fmt: skip
+    started = time.monotonic()
+    reply = conn.session.post(f"{endpoint}/containers", json=body, headers=version, raise_exc=False)
+    assert reply.status_code == 202, reply.text[:1500]
+    uuid = reply.json()["uuid"]
 
-        assert _until("created", lambda: settled("Created"), 120) == "Created"
-        conn.session.post(f"{endpoint}/containers/{uuid}/start", headers=version)
-        assert _until("running", lambda: settled("Running", "Stopped"), 120) == "Running"
-        container = conn.session.get(f"{endpoint}/containers/{uuid}", headers=version).json()
-        running_s = time.monotonic() - started
-        assert container["host"] == host
-        [[address]] = container["addresses"].values()
+    def settled(*states: str) -> Any:
+        """The container's status once it is one of ``states`` (or Error), else None."""
+        now = conn.session.get(f"{endpoint}/containers/{uuid}", headers=version).json()["status"]
+        return now if now in (*states, "Error") else None
 
-        def wired() -> Any:
-            ports = list(conn.network.ports(device_id=uuid))
-            return ports[0] if ports and ports[0].status == "ACTIVE" else None
+    assert _until("created", lambda: settled("Created"), 120) == "Created"
+    conn.session.post(f"{endpoint}/containers/{uuid}/start", headers=version)
+    assert _until("running", lambda: settled("Running", "Stopped"), 120) == "Running"
+    container = conn.session.get(f"{endpoint}/containers/{uuid}", headers=version).json()
+    running_s = time.monotonic() - started
+    assert container["host"] == host
+    [[address]] = container["addresses"].values()
 
-        port = _until("the port ACTIVE", wired, 60)
-        assert (port.binding_vif_type, port.binding_host_id) == ("ovs", host)
-        assert [ip["ip_address"] for ip in port.fixed_ips] == [address["addr"]]
-        with urllib.request.urlopen(f"http://{address['addr']}:8080/", timeout=10) as page:
-            assert page.status == 200  # from this machine's leg on the network's bridge
+    def wired() -> Any:
+        ports = list(conn.network.ports(device_id=uuid))
+        return ports[0] if ports and ports[0].status == "ACTIVE" else None
 
-        started = time.monotonic()
-        conn.session.delete(f"{endpoint}/containers/{uuid}?force=true", headers=version)
-        gone = f"{endpoint}/containers/{uuid}"
-        _until("deleted", lambda: conn.session.get(gone, headers=version, raise_exc=False).status_code == 404, 120)
-        deleted_s = time.monotonic() - started
-        assert not list(conn.network.ports(device_id=uuid)), "Neutron still holds the container's port"
-        find = ["ovs-vsctl", "--no-heading", "--columns=name", "find", "interface", f"external_ids:iface-id={port.id}"]
-        assert not subprocess.run(find, capture_output=True, text=True, check=True).stdout.strip(), "veth on br-int"
-        print("zun container:", json.dumps({"running_s": round(running_s, 1), "deleted_s": round(deleted_s, 1),
-                                            "address": address["addr"], "port": port.id}))  # fmt: skip
+    port = _until("the port ACTIVE", wired, 60)
+    assert (port.binding_vif_type, port.binding_host_id) == ("ovs", host)
+    assert [ip["ip_address"] for ip in port.fixed_ips] == [address["addr"]]
+    with urllib.request.urlopen(f"http://{address['addr']}:8080/", timeout=10) as page:
+        assert page.status == 200  # from this machine's leg on the network's bridge
+
+    started = time.monotonic()
+    conn.session.delete(f"{endpoint}/containers/{uuid}?force=true", headers=version)
+    gone = f"{endpoint}/containers/{uuid}"
+    _until("deleted", lambda: conn.session.get(gone, headers=version, raise_exc=False).status_code == 404, 120)
+    deleted_s = time.monotonic() - started
+    assert not list(conn.network.ports(device_id=uuid)), "Neutron still holds the container's port"
+    find = ["ovs-vsctl", "--no-heading", "--columns=name", "find", "interface", f"external_ids:iface-id={port.id}"]
+    assert not subprocess.run(find, capture_output=True, text=True, check=True).stdout.strip(), "veth on br-int"
+    print("zun container:", json.dumps({"running_s": round(running_s, 1), "deleted_s": round(deleted_s, 1),
+                                        "address": address["addr"], "port": port.id}))  # fmt: skip

@@ -185,3 +185,25 @@ def ten_percent_slower(store: ResultsStore, campaign_id: str = "c-slow", n: int 
     c.add("bm", draws(1000, 2, n, seed=1))
     c.add("vm", draws(900, 2, n, seed=2))
     c.add("ctr", draws(1000, 2, n, seed=3))
+
+
+def demo_like(store: ResultsStore, campaign_id: str = "c-demo") -> None:
+    """A campaign shaped like ``make demo``'s, wider: bm, ctr, vm and ctr-vm; mnist-dnn in single and ps-async
+    mode with several parameters; sysbench-cpu with two parameters; the guests emulated (their rows refused)."""
+    c = Campaign(store, campaign_id, "demo")
+    single = {"steps": 3000, "data": "synthetic", "optimizer": "sgd"}
+    for i, (layer, rate) in enumerate((("bm", 1000.0), ("ctr", 975.0))):
+        c.add(layer, draws(rate, 3, 6, seed=i), extra=single)
+        c.add(layer, draws(rate * 1.6, 3, 4, seed=i + 10), extra={**single, "batch_size": 128})
+    for layer in ("vm", "ctr-vm"):
+        c.add(layer, draws(310, 4, 3, seed=20), extra=single, emulated=True)
+    for placement in ("pack", "spread"):
+        extra = {"steps": 3000, "data": "synthetic", "placement": placement}
+        c.add("bm", draws(400, 4, 3, seed=30), mode="ps-async", workers=2, ps=1, extra=extra)
+        c.add("ctr", draws(385, 4, 3, seed=31), mode="ps-async", workers=2, ps=1, extra=extra, failed=1)
+    for threads in (1, 2):
+        for i, layer in enumerate(("bm", "ctr", "vm", "ctr-vm")):
+            emulated = layer in ("vm", "ctr-vm")
+            rate = (120.0 if emulated else 2500.0) * threads
+            extra = {"time": 2, "threads": threads, "data": "synthetic"}
+            c.add(layer, draws(rate, 5, 4, seed=40 + i), workload="sysbench-cpu", extra=extra, emulated=emulated)

@@ -10,7 +10,7 @@ import pandas as pd
 from report.resultsets import draws, ten_percent_slower
 
 from dlinfra.report.build import build_report
-from dlinfra.report.display import COMPACT_OVERHEAD, compact_overhead, format_value, shown_columns
+from dlinfra.report.display import COMPACT_OVERHEAD, compact_overhead, format_value, shown_columns, terminal_frame
 from dlinfra.report.render import render, report_from_json
 
 
@@ -52,13 +52,14 @@ def _markdown_rows(text: str, title: str) -> tuple[list[str], list[list[str]]]:
 
 
 def _compact_rows(text: str, title: str) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the terminal's first table (no vertical rules: cells are 2+ spaces apart)."""
+    """The last header line and the rows of a terminal table (no vertical rules: cells are 2+ spaces apart;
+    the header's units are on its last line, under the names)."""
     lines = [line.strip() for line in text.splitlines()]
     body = lines[lines.index(title) + 1 :]
-    body = body[next(i for i, line in enumerate(body) if line) :]  # the header, after the title's blank line
-    header, rows = re.split(r"\s{2,}", body[0]), []
-    for line in body[2:]:
-        if not line:
+    rule = next(i for i, line in enumerate(body) if line.startswith("───"))
+    header, rows = re.split(r"\s{2,}", body[rule - 1]), []
+    for line in body[rule + 1 :]:
+        if not line or line.startswith("--wide") or line.startswith("config:"):
             break
         rows.append(re.split(r"\s{2,}", line))
     return header, rows
@@ -82,20 +83,24 @@ def test_table_markdown_and_csv_agree(store, campaign):
     normalise = [[("-" if v in ("", "nan") else v) for v in row] for row in expected]
     assert m_rows == normalise and len(m_rows) == len(frame) == 6
     text = render(report, "table", width=100)
-    lines = [line.rstrip() for line in text.splitlines()]
-    first = lines.index("Overhead against the baseline")
-    assert max(len(line) for line in lines[first : first + 12]) <= 100, "\n".join(lines[first : first + 12])
-    t_header, t_rows = _compact_rows(text, "Overhead against the baseline")
+    assert max(len(line) for line in text.splitlines()) <= 100, text
+    shown, _, _ = terminal_frame("overhead", frame, 100)
+    assert list(shown.columns) == COMPACT_OVERHEAD
+    body = text[text.index("Overhead against the baseline") :]
+    for row in shown.itertuples(index=False):
+        cells = [format_value(c, v) for c, v in zip(COMPACT_OVERHEAD, row, strict=True)]
+        after_config = r"\s+".join(re.escape(c) for c in cells[2:])
+        assert re.search(
+            rf"^{re.escape(cells[0])}\s+{re.escape(cells[1].split()[0])}.*\s{after_config}$", body, re.M
+        ), (
+            cells,
+            body,
+        )
     compact = compact_overhead(frame)
-    assert t_header == COMPACT_OVERHEAD
-    assert t_rows == [[format_value(c, v) for c, v in zip(COMPACT_OVERHEAD, row, strict=True)]
-                      for row in compact.itertuples(index=False)]  # fmt: skip
     slower = compact[compact["layer"] == "vm"]["overhead % ± CI"].iloc[0]
     point, half = frame.loc[frame["layer"] == "vm", ["overhead_pct", "detectable_pct"]].iloc[0]
     assert slower == f"{point:+.1f} ± {half:.1f}"
-    full = report
-    full.extra["full_config"] = True
-    _, rows = _compact_rows(render(full, "table", width=400), "Overhead against the baseline")
+    _, rows = _compact_rows(render(report, "table", width=400, full_config=True), "Overhead against the baseline")
     assert {row[1] for row in rows} == set(frame["config"])
 
 

@@ -56,9 +56,9 @@ def test_interval_coverage_over_many_known_truths():
 
 def test_sign_convention_for_throughput_and_elapsed(campaign, store):
     c = campaign("signs")
-    c.add("bm", [100.0, 100.0, 100.0], metric="elapsed")
-    c.add("vm", [110.0, 110.0, 110.0], metric="elapsed")  # 10% longer: +10, slower
-    c.add("ctr", [90.0, 90.0, 90.0], metric="elapsed")  # 10% shorter: -10, faster
+    c.add("bm", [99.0, 100.0, 101.0], metric="elapsed")
+    c.add("vm", [109.0, 110.0, 111.0], metric="elapsed")  # 10% longer: +10, slower
+    c.add("ctr", [89.0, 90.0, 91.0], metric="elapsed")  # 10% shorter: -10, faster
     elapsed = build_report(store, "signs", "bm", "elapsed")
     assert _row(elapsed, "vm")["overhead_pct"] == 10.0 or math.isclose(_row(elapsed, "vm")["overhead_pct"], 10.0)
     assert _row(elapsed, "vm")["verdict"] == "slower"
@@ -87,7 +87,7 @@ def test_distributed_runs_fold_into_one_value_per_run(campaign, store):
     c = campaign("dist")
     for workers, rate in ((1, 100.0), (2, 180.0), (4, 320.0)):
         c.add("bm", [rate] * 3, mode="ps-async", workers=workers, ps=1)
-    c.add("bm", [450.0] * 3, mode="ps-async", workers=4, ps=2)
+    c.add("bm", [449.0, 450.0, 451.0], mode="ps-async", workers=4, ps=2)  # varied: a constant has no verdict
     report = build_report(store, "dist")
     overhead = report.views["overhead"]
     assert set(overhead["runs"]) == {3}  # 3 repeats, not 3 x processes

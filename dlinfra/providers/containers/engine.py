@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from dlinfra import cancel
 from dlinfra.errors import TargetError
 from dlinfra.runtime.progress import note
 from dlinfra.testbed.dockerd import start_dockerd
@@ -92,12 +93,10 @@ class Engine:
         argv = self.argv(*args)
         note(f"{self.label}: {what or ' '.join(args[:2])}")  # what a long phase's heartbeat shows
         try:
-            result = subprocess.run(
+            result = cancel.run_process(  # a Ctrl-C stops a build or an image load within seconds
                 argv,
-                capture_output=True,
-                text=True,
                 timeout=timeout or self.timeout,
-                input=input_text,
+                input_text=input_text,
                 env=None if not self.env else {**os.environ, **self.env},
             )
         except FileNotFoundError as exc:
@@ -210,7 +209,10 @@ class Engine:
         flags: list[str] = []
         for key, value in (env or {}).items():
             flags += ["--env", f"{key}={value}"]
-        prefix = ["nsenter", f"--mount=/proc/{int(mount_ns_of)}/ns/mnt", "--"] if mount_ns_of else []
+        # and its network namespace: runsc (gVisor) reaches its sandbox through an abstract socket made where
+        # the container was created, the machine's namespace, which conmon is in (runc and crun do not care)
+        ns = f"/proc/{int(mount_ns_of)}/ns" if mount_ns_of else ""
+        prefix = ["nsenter", f"--mount={ns}/mnt", f"--net={ns}/net", "--"] if mount_ns_of else []
         return [*prefix, *self.base_argv(), "exec", "-i", *flags, container, *command]
 
 

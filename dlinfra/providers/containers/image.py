@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlinfra import cancel
 from dlinfra.cache import building, cache_dir, cache_key, keep_recent
 from dlinfra.errors import DlinfraError, TargetError
 from dlinfra.images.deps_archive import PROBE, DepsArchive
@@ -197,7 +198,13 @@ def _install_layer(
             flags = [arg for change in changes for arg in ("--change", change)]
             engine.run("commit", *flags, cid, tag, what="commit image")
         finally:
-            engine.run("rm", "-f", cid, check=False)
+            _remove_build_container(engine, cid)
+
+
+def _remove_build_container(engine: Engine, cid: str) -> None:
+    """Uncancelled: a build stopped by a Ctrl-C still removes its build container."""
+    with cancel.shielded():
+        engine.run("rm", "-f", cid, check=False)
 
 
 def _probe(engine: Engine, cid: str) -> str:

@@ -126,6 +126,9 @@ def role_container(engine: Engine, spec: ContainerSpec) -> dict[str, Any]:
         "cpus": float(res.cpus) if res.cpus is not None else None,
         "memory_bytes": int(res.memory_bytes) if res.memory_bytes is not None else None,
         "gpus": res.gpus,
+        # runc is left out: the engine's default, so a plain container's item (and its play) is as before
+        "runtime": spec.runtime if spec.runtime != "runc" else None,
+        "runtime_flags": list(spec.runtime_flags) or None,
     }
     item.update({key: value for key, value in optional.items() if value is not None})
     return item

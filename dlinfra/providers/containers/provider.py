@@ -58,6 +58,15 @@ from dlinfra.providers.containers.run import (
     remove_run,
     run_labels,
 )
+from dlinfra.providers.containers.runtimes import (
+    RUNSC_PLATFORMS,
+    RUNTIMES,
+    OciRuntime,
+    check_registered,
+    runtime_from,
+    runtime_version,
+    verify,
+)
 from dlinfra.providers.cpus import host_cpus
 from dlinfra.providers.host_prep import HostToPrepare, controller, prepare
 from dlinfra.providers.options import Option
@@ -158,6 +167,11 @@ class ContainerProvider(Provider):
                                       "least 2)", "int", low=0, high=65_535),
         "port_base": Option("first published port", "int", 23_000, low=0, high=65_535),
         "wheelhouse": Option("a prebuilt wheelhouse folder with requirements.lock (air-gapped sites, tests)", "path"),
+        "runtime": Option("OCI runtime of the containers: runc, crun or runsc (gVisor), or a list of them: one "
+                          "container each per host, and the cells of each runtime apart (ctr[crun], ctr[runsc])",
+                          "any", "runc", shape=f"one of {', '.join(RUNTIMES)}, or a list of them"),
+        "runsc_platform": Option("gVisor's platform under runsc (kvm needs /dev/kvm on the host)", "choice", "ptrace",
+                                 choices=RUNSC_PLATFORMS),
     }  # fmt: skip
 
     def __init__(self, layer: str = "ctr") -> None:
@@ -202,6 +216,12 @@ class ContainerProvider(Provider):
             ).validate(where)
         except DlinfraError as exc:
             raise SpecError(exc.message, exc.hint) from None
+        runtimes = opts["runtime"]
+        listed = [runtimes] if isinstance(runtimes, str) else runtimes
+        if not isinstance(listed, list) or not listed or any(r not in RUNTIMES for r in listed):
+            raise SpecError(
+                f"{where}.runtime: {plain(str(runtimes), 60)} is not a runtime", cls.options["runtime"].shape
+            )
         wheelhouse = options.get("wheelhouse")
         if wheelhouse is not None and not (Path(wheelhouse) / "requirements.lock").is_file():
             raise SpecError(
@@ -213,15 +233,22 @@ class ContainerProvider(Provider):
     def targets_per_host(cls, options: Mapping[str, Any]) -> int:
         opts = cls.resolved(options)
         count = opts["processes_per_host"]
+        runtimes = opts["runtime"] if isinstance(opts["runtime"], list) else [opts["runtime"]]
         if opts["placement"] in ("single", "pack") or not isinstance(count, int) or count < 1:
-            return 1
-        return count
+            return len(runtimes)
+        return count * len(runtimes)
+
+    @classmethod
+    def target_axes(cls, options: Mapping[str, Any]) -> list[dict[str, str]]:
+        """The cell axes of each runtime's containers on a host, in the order ``create`` makes them (runc: none)."""
+        return [{"runtime": rt.label()} if rt.name != "runc" else {} for rt in runtime_from(cls.resolved(options))]
 
     def _options(self, spec: LayerSpec) -> dict[str, Any]:
         self.validate(self.layer, spec.options, f"layer_options.{self.layer}")
         opts = self.resolved(spec.options)
         opts["network_mode"] = NetworkMode.parse(str(opts["network"]))
         opts["run_id"] = str(opts.get("run_id") or secrets.token_hex(4))
+        opts["runtimes"] = runtime_from(opts)
         return opts
 
     # ------------------------------------------------------------- engines
@@ -294,7 +321,10 @@ class ContainerProvider(Provider):
         self._claim = self._claim or claim(run_id, "ctr", layer=self.layer)
         over_ssh = [h for h in hosts if not h.vars.get("dlinfra_netns")]  # the testbed's dockerds are its own
         # dlinfra's guests socket-activate dockerd: the role checks it answers, leaving the service as it is.
-        settings = {"service": False} if self.layer == "ctr-vm" and self.engine_kind == "docker" else {}
+        settings: dict[str, Any] = {"service": False} if self.layer == "ctr-vm" and self.engine_kind == "docker" else {}
+        wanted = [rt.docker_name if self.engine_kind == "docker" else rt.name for rt in opts["runtimes"]]
+        if any(name != "runc" for name in wanted):  # the role registers (docker) or installs (podman) the others
+            settings["runtimes"] = [name for name in wanted if name != "runc"]
         prepare(
             [HostToPrepare(h.name, self.engine_kind, ansible_reach(h), settings) for h in over_ssh],  # type: ignore[arg-type]
             artifacts_dir=self._artifacts,
@@ -304,6 +334,8 @@ class ContainerProvider(Provider):
             self._record("engine", key=he.engine.label, **engine_where(he.engine))
             remove_run(he.engine, run_id)  # what a killed earlier run with this (explicit) run_id left
             self.hosts.append(he)
+            for rt in opts["runtimes"]:  # a runtime the host lacks: one line saying what to install
+                check_registered(he.engine, rt)
         archive = None
         if opts.get("wheelhouse"):  # a prebuilt folder with requirements.lock (air-gapped sites, tests)
             wh_path = Path(str(opts["wheelhouse"]))
@@ -359,31 +391,19 @@ class ContainerProvider(Provider):
             cpus = host_cpus(host, he.engine.via)  # the inventory's, else the host's usable CPUs, as bm's
             chunks = split_cpuset(cpus, per_host) if cpus and (opts["pin"] or per_host == 1) else []
             mine: list[tuple[ContainerSpec, list[int], tuple[int, ...]]] = []
-            for i in range(per_host):
-                chunk = chunks[i] if chunks else (cpus if per_host == 1 else [])
-                if chunks and not chunk:
-                    raise DlinfraError(
-                        f"host {host.name}: {per_host} containers need at least {per_host} CPUs, it has {len(cpus)}",
-                        "lower processes_per_host or use placement pack",
-                    )
-                ports = tuple(port_base + i * max(ports_each, 1) + k for k in range(ports_each)) if publish else ()
-                cspec = ContainerSpec(
-                    name=f"dlinfra-{run_id}-{host.name}-{i}",
-                    image=images[he.engine.kind],
-                    run_id=run_id,
-                    network=network,
-                    resources=Resources(
-                        cpuset=format_cpuset(chunk) if chunk else None,
-                        cpus=opts.get("cpus"),
-                        memory_bytes=opts.get("memory_bytes"),
-                        gpus=opts.get("gpus"),
-                    ),
-                    runs_mount=f"{HOME_IN_CONTAINER}/runs",  # the target's runs_dir: RUNS_ROOT/NAME on the host
-                    data_mount=DATA_IN_CONTAINER if spec.datasets else None,
-                    ports=ports,
-                    labels={"dlinfra.layer": self.layer, "dlinfra.host": host.name},
-                )  # no user: the play runs it as the owner of the results folder (root then needs no capability)
-                mine.append((cspec, list(chunk), ports))
+            for r, rt in enumerate(opts["runtimes"]):  # each runtime's containers on the same CPU chunks
+                for i in range(per_host):
+                    chunk = chunks[i] if chunks else (cpus if per_host == 1 else [])
+                    if chunks and not chunk:
+                        raise DlinfraError(
+                            f"host {host.name}: {per_host} containers need at least {per_host} CPUs, it has "
+                            f"{len(cpus)}",
+                            "lower processes_per_host or use placement pack",
+                        )
+                    first = (r * per_host + i) * max(ports_each, 1) + port_base
+                    ports = tuple(first + k for k in range(ports_each)) if publish else ()
+                    cspec = self._container_spec(spec, host.name, images[he.engine.kind], rt, i, chunk, ports)
+                    mine.append((cspec, list(chunk), ports))
             kind = he.engine.kind
             image = (he.image_tarball, images[kind]) if images[kind] in he.loaded_images else None
             data_root = self._data_root(he, host) if spec.datasets else ""
@@ -407,6 +427,31 @@ class ContainerProvider(Provider):
                     target.data_host.home = os.path.dirname(str(report["data_root"]))
                 targets.append(target)
         return targets
+
+    def _container_spec(
+        self, spec: LayerSpec, host: str, image: str, rt: OciRuntime, i: int, chunk: list[int], ports: tuple[int, ...]
+    ) -> ContainerSpec:
+        """The ``i``-th payload container of a host under runtime ``rt`` (runc's keep their plain names)."""
+        opts, run_id = self._opts, str(self.run_id)
+        under = "" if rt.name == "runc" else f"{rt.label()}-"
+        return ContainerSpec(
+            name=f"dlinfra-{run_id}-{host}-{under}{i}",
+            image=image,
+            run_id=run_id,
+            network=opts["network_mode"],
+            resources=Resources(
+                cpuset=format_cpuset(chunk) if chunk else None,
+                cpus=opts.get("cpus"),
+                memory_bytes=opts.get("memory_bytes"),
+                gpus=opts.get("gpus"),
+            ),
+            runs_mount=f"{HOME_IN_CONTAINER}/runs",  # the target's runs_dir: RUNS_ROOT/NAME on the host
+            data_mount=DATA_IN_CONTAINER if spec.datasets else None,
+            ports=ports,
+            labels={"dlinfra.layer": self.layer, "dlinfra.host": host, "dlinfra.runtime": rt.label()},
+            runtime=rt.docker_name if self.engine_kind == "docker" else rt.name,
+            runtime_flags=tuple(rt.podman_flags()) if self.engine_kind == "podman" else (),
+        )  # no user: the play runs it as the owner of the results folder (root then needs no capability)
 
     def _hosts(self, spec: LayerSpec) -> list[Any]:
         """The hosts that get containers: inventory hosts, or for ctr-vm the guests (brought up here if needed)."""
@@ -454,6 +499,7 @@ class ContainerProvider(Provider):
             "network": str(cspec.network),
             "limits": limits,
             "published_ports": list(ports),
+            **self._runtime_details(he, cspec, record),
         }
         guest = self._guests.get(host.name) if self.stacks_on else None
         if guest is not None:
@@ -486,6 +532,19 @@ class ContainerProvider(Provider):
             ansible_python=str(hv.get("ansible_python_interpreter", "auto_silent")),
             details=details,
         )
+
+    def _runtime_details(self, he: HostEngine, cspec: ContainerSpec, record: dict) -> dict[str, Any]:
+        """The container's runtime (name, version, gVisor's platform) once checked from outside and inside, what
+        its kernel said, and the cell axis that keeps its cells apart from the other runtimes' (not for runc)."""
+        rt = {r.label(): r for r in self._opts["runtimes"]}[cspec.labels["dlinfra.runtime"]]
+        seen = verify(he.engine, cspec.name, rt, record)
+        key = f"{he.engine.label} {rt.name}"
+        if key not in self._versions:
+            self._versions[key] = runtime_version(he.engine, rt)
+        details: dict[str, Any] = {"runtime": {**rt.describe(self._versions[key]), "seen": seen}}
+        if rt.name != "runc":
+            details["cell_axes"] = {"runtime": rt.label()}
+        return details
 
     def _engine_version(self, engine: Engine) -> str:
         """The engine's server version (testbed metadata), asked once per engine."""

@@ -163,6 +163,9 @@ class ContainerSpec:
     read_only: bool = True
     command: tuple[str, ...] = ("sleep", "infinity")
     user: str | None = None  # "UID:GID": the owner of the bound results folder (root needs no capability then)
+    #: OCI runtime: runc (the engines' default), crun, or runsc (gVisor; ``runtime_flags`` carry its platform).
+    runtime: str = "runc"
+    runtime_flags: tuple[str, ...] = ()  # podman's --runtime-flag values (docker's are in its runtime's config)
 
 
 #: Claims of runs whose containers were started with ``playbook.run_container`` (not through the provider).

@@ -53,6 +53,28 @@ def node_address(conn: Any, node_id: str) -> str | None:
     return None
 
 
+def last_error(conn: Any, node: Any) -> str:
+    """The node's ``last_error``, else the newest ERROR event of its history (API 1.78). Why both: after a failed
+    deploy step Ironic powers the node off, and a power action that succeeds clears ``last_error`` (seen with the
+    ``ramdisk`` deploy of a Redfish node whose ISO could not be mounted), while the history keeps the cause."""
+    if node.last_error:
+        return str(node.last_error)
+
+    def newest_error() -> str | None:
+        try:
+            answer = conn.baremetal.get(f"/nodes/{node.id}/history", microversion="1.78")
+            events = answer.json().get("history") or [] if answer.status_code == 200 else []
+        except Exception:  # noqa: BLE001 - an older Ironic (no history) or a lost connection: nothing to add
+            return "no error given"
+        errors = [str(e.get("event", "")) for e in events if e.get("severity") == "ERROR"]
+        return errors[-1] if errors else None
+
+    try:  # the event is written as the node fails: give it a few seconds
+        return str(wait_for(f"ironic node {node.id}'s error", newest_error, timeout=5, interval=1, cancellable=False))
+    except WaitTimedOut:
+        return "no error given"
+
+
 def run_node_playbook(
     book: str,
     cloud: str,
@@ -95,9 +117,7 @@ def wait_for_state(conn: Any, nodes: dict[str, str], goal: str, timeout: float, 
             ):
                 if (goal, node.provision_state) in (("available", "active"), ("active", "manageable")):
                     continue  # the undeploy (adopt) request is still on its way
-                failed.append(
-                    f"node {name} ({node_id}) is {node.provision_state}: {node.last_error or 'no error given'}"
-                )
+                failed.append(f"node {name} ({node_id}) is {node.provision_state}: {last_error(conn, node)}")
                 pending.pop(node_id)
         return not pending
 

@@ -55,8 +55,10 @@ from dlinfra.runtime.wait import retry_until
 if TYPE_CHECKING:
     from dlinfra.runtime.sweep_report import SweepReport
 
-#: instance_info keys baremetal_node_action accepts.
-INSTANCE_INFO_KEYS = ("image_source", "image_checksum", "image_disk_format")
+#: instance_info keys the deploy sets: the image a ``direct`` deploy writes (what baremetal_node_action documents),
+#: or ``boot_iso``, the bootable ISO a ``ramdisk`` deploy has the node boot by virtual media (the module passes
+#: instance_info on as it is).
+INSTANCE_INFO_KEYS = ("image_source", "image_checksum", "image_disk_format", "boot_iso")
 
 
 class IronicProvider(CloudProvider):
@@ -118,7 +120,7 @@ class IronicProvider(CloudProvider):
         if bad:
             raise SpecError(
                 f"{where}.instance_info: unknown key(s) {', '.join(bad)}",
-                f"the openstack.cloud collection accepts {', '.join(INSTANCE_INFO_KEYS)}",
+                f"the deploy takes {', '.join(INSTANCE_INFO_KEYS)}",
             )
         if not all(isinstance(v, str) for v in info.values()):
             raise SpecError(f"{where}.instance_info: values must be strings")

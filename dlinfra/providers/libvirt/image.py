@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlinfra import cancel
 from dlinfra.cache import build_once, cache_dir, keep_recent, need_free_space
 from dlinfra.errors import DlinfraError
 from dlinfra.images.deps_archive import PROBE, DepsArchive, build_deps_archive, install_own_wheel
@@ -241,7 +242,7 @@ class GuestImage:
 
 def _run(cmd: list[str], what: str, timeout: float = 1800) -> None:
     note(f"guest image: {what}")
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    result = cancel.run_process(cmd, timeout=timeout)  # a Ctrl-C stops a build step within seconds
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-2:]
         raise DlinfraError(f"building the guest image: {what} failed: {' | '.join(tail)}")

@@ -5,13 +5,16 @@ back exactly as it was.
 ``present``: every task and IRQ that may run on the shielded CPUs is moved to the others; the shielded CPUs' frequency
 governor is set; turbo/boost is turned off; transparent huge pages are set as asked. Each old value is written to
 ``state_file`` *before* anything changes, so that ``absent`` (or ``dlinfra sweep`` after a crash, which runs it)
-restores exactly those values. A knob the host does not have (a guest, a container, a sandbox) is reported as
-absent, and the rest goes on. The payload, which dlinfra pins to its CPUs (``--cpus``), then has them to itself.
+restores exactly those values. The shield is counted: each ``holder`` (a campaign) that asks for the same settings
+joins it, each one's ``absent`` drops its hold, and the last one out restores the host. A knob the host does not
+have (a guest, a container, a sandbox) is reported as absent, and the rest goes on. The payload, which dlinfra
+pins to its CPUs (``--cpus``), then has them to itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -26,6 +29,8 @@ description:
     governor of O(cpus), turbo or boost, and transparent huge pages. C(absent) restores what C(present) recorded in
     O(state_file) and removes it. A second C(present) with the same settings, or C(absent) with no state file,
     changes nothing.
+  - With O(holder), the shield is counted - C(present) adds the holder to those of a shield with the same
+    settings; C(absent) drops it, and restores the host only when no other holder is left.
 options:
   state:
     description: Shielded, or as it was before.
@@ -49,6 +54,10 @@ options:
     description: Transparent huge pages (C(never), C(madvise), C(always)); empty keeps them.
     type: str
     default: ""
+  holder:
+    description: Who holds the shield (a campaign's id); empty - C(absent) restores whoever holds it.
+    type: str
+    default: ""
   state_file:
     description: Where the old values are kept until C(absent).
     type: str
@@ -61,6 +70,7 @@ tasks_moved: {description: Tasks (threads) moved off the shielded CPUs, or given
 irqs_moved: {description: IRQs moved off the shielded CPUs, or given back, type: int, returned: always}
 knobs: {description: "Each knob changed (its sysfs path): old and new value", type: dict, returned: always}
 missing: {description: The knobs asked for that this host does not have, type: list, returned: present}
+holders: {description: How many holders the shield has after this call (0 - restored), type: int, returned: always}
 """
 
 SYS_CPU = Path("/sys/devices/system/cpu")
@@ -148,15 +158,21 @@ def shield(module: AnsibleModule, state_file: Path) -> dict:
     if not cpus or not others:
         module.fail_json(msg=f"cpus {p['cpus']!r}: shield at least one CPU and leave at least one of {sorted(online)}")
     settings = {"cpus": sorted(cpus), "governor": p["governor"], "turbo": p["turbo"], "thp": p["thp"]}
+    holder = p["holder"]
     if state_file.exists():
         held = json.loads(state_file.read_text())
+        holders = held.get("holders", [])
         if held.get("settings") != settings:
             module.fail_json(
-                msg=f"{state_file}: the host is shielded with other settings {held.get('settings')}; "
-                "remove that shield first (state absent)"
+                msg=f"{state_file}: the host is shielded with other settings {held.get('settings')} "
+                f"(held by {len(holders) or 'an earlier run'}); wait for it to end, or give the same settings"
             )
-        return {"changed": False, "tasks_moved": 0, "irqs_moved": 0, "knobs": held.get("knobs", {}),
-                "missing": held.get("missing", [])}  # fmt: skip
+        joined = bool(holder) and holder not in holders
+        if joined and not module.check_mode:
+            held["holders"] = [*holders, holder]
+            _save(state_file, held)
+        return {"changed": joined, "tasks_moved": 0, "irqs_moved": 0, "knobs": held.get("knobs", {}),
+                "missing": held.get("missing", []), "holders": len(holders) + joined}  # fmt: skip
     tasks: dict[str, list] = {}
     for tid in _threads():
         try:
@@ -171,15 +187,13 @@ def shield(module: AnsibleModule, state_file: Path) -> dict:
         if mask_text and parse_cpus(mask_text) & cpus:
             irqs[irq.name] = mask_text
     knobs, missing = _knobs(cpus, p["governor"], p["turbo"], p["thp"])
-    record = {"settings": settings, "others": sorted(others), "tasks": tasks, "irqs": irqs, "missing": missing,
+    record = {"settings": settings, "holders": [holder] if holder else [], "others": sorted(others),
+              "tasks": tasks, "irqs": irqs, "missing": missing,
               "knobs": {k: {"old": old, "new": new} for k, (old, new) in knobs.items()}}  # fmt: skip
     if module.check_mode:
         return {"changed": True, "tasks_moved": len(tasks), "irqs_moved": len(irqs), "knobs": record["knobs"],
-                "missing": missing}  # fmt: skip
-    state_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    partial = state_file.with_suffix(".partial")
-    partial.write_text(json.dumps(record))
-    os.replace(partial, state_file)  # recorded before anything changes: a crash from here on is restorable
+                "missing": missing, "holders": 1}  # fmt: skip
+    _save(state_file, record)  # recorded before anything changes: a crash from here on is restorable
     moved = 0
     for tid, (mask, _start_ticks) in tasks.items():
         with contextlib.suppress(OSError):  # gone meanwhile, or a kernel thread that may not move
@@ -191,20 +205,42 @@ def shield(module: AnsibleModule, state_file: Path) -> dict:
         if not _write(Path(path), new):  # read-only here (a container's sysfs): say so, nothing to restore
             del record["knobs"][path]
             missing.append(f"{path} (not writable)")
-    state_file.write_text(json.dumps(record))
+    _save(state_file, record)
     return {
         "changed": True,
         "tasks_moved": moved,
         "irqs_moved": irqs_moved,
         "knobs": record["knobs"],
         "missing": missing,
+        "holders": len(record["holders"]),
     }
+
+
+def _save(state_file: Path, record: dict) -> None:
+    """Write the record whole (a crash leaves the old one or the new one, never half of it)."""
+    state_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    partial = state_file.with_suffix(".partial")
+    partial.write_text(json.dumps(record))
+    os.replace(partial, state_file)
+
+
+def others_hold(holders: list, holder: str) -> list:
+    """The holders that stay once ``holder`` leaves; without a holder (by hand, an old sweep): none."""
+    return [h for h in holders if h != holder] if holder else []
 
 
 def unshield(module: AnsibleModule, state_file: Path) -> dict:
     if not state_file.exists():
-        return {"changed": False, "tasks_moved": 0, "irqs_moved": 0, "knobs": {}}
+        return {"changed": False, "tasks_moved": 0, "irqs_moved": 0, "knobs": {}, "holders": 0}
     record = json.loads(state_file.read_text())
+    holders = record.get("holders", [])
+    staying = others_hold(holders, module.params["holder"])
+    if staying:  # another campaign still measures on these CPUs: only this hold goes
+        if staying != holders and not module.check_mode:
+            record["holders"] = staying
+            _save(state_file, record)
+        return {"changed": staying != holders, "tasks_moved": 0, "irqs_moved": 0, "knobs": {},
+                "holders": len(staying)}  # fmt: skip
     if module.check_mode:
         return {"changed": True, "tasks_moved": len(record["tasks"]), "irqs_moved": len(record["irqs"]),
                 "knobs": record["knobs"]}  # fmt: skip
@@ -227,7 +263,7 @@ def unshield(module: AnsibleModule, state_file: Path) -> dict:
     for path, values in record["knobs"].items():
         _write(Path(path), values["old"])
     state_file.unlink()
-    return {"changed": True, "tasks_moved": moved, "irqs_moved": irqs_moved, "knobs": record["knobs"]}
+    return {"changed": True, "tasks_moved": moved, "irqs_moved": irqs_moved, "knobs": record["knobs"], "holders": 0}
 
 
 def main() -> None:
@@ -238,12 +274,19 @@ def main() -> None:
             "governor": {"type": "str", "default": "performance"},
             "turbo": {"type": "str", "choices": ["off", "keep"], "default": "off"},
             "thp": {"type": "str", "choices": ["", "never", "madvise", "always"], "default": ""},
+            "holder": {"type": "str", "default": ""},
             "state_file": {"type": "str", "default": "/var/lib/dlinfra/shield.json"},
         },
         supports_check_mode=True,
     )
     state_file = Path(module.params["state_file"])
-    result = shield(module, state_file) if module.params["state"] == "present" else unshield(module, state_file)
+    state_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder = os.open(state_file.parent, os.O_RDONLY)  # its lock: two campaigns' playbooks, one at a time, no file left
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        result = shield(module, state_file) if module.params["state"] == "present" else unshield(module, state_file)
+    finally:
+        os.close(folder)
     module.exit_json(**result)
 
 
