@@ -15,6 +15,7 @@ import shlex
 import subprocess
 from collections.abc import Sequence
 
+from dlinfra import cancel
 from dlinfra.errors import TargetError
 from dlinfra.inventory import InventoryHost
 from dlinfra.payload.affinity import USABLE_CPUS_SH
@@ -43,8 +44,8 @@ def host_cpus(host: InventoryHost, via: Sequence[str] = ()) -> list[int]:
     if host.cpus:
         return host.cpus
     argv = [*via, shlex.join(PROBE)] if via else PROBE  # ssh hands the remote shell one string: quoted
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    try:  # a bring-up step: a stopped campaign ends it within a second
+        done = cancel.run_process(argv, timeout=60)
     except subprocess.TimeoutExpired:
         raise TargetError(f"host {host.name}: reading its usable CPUs took over 60 s", "is it reachable?") from None
     if done.returncode != 0:
