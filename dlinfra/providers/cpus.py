@@ -11,7 +11,6 @@ set (unpinned) while ``bm`` on the same host got the probe's, and the two layers
 
 from __future__ import annotations
 
-import shlex
 import subprocess
 from collections.abc import Sequence
 
@@ -20,6 +19,7 @@ from dlinfra.errors import TargetError
 from dlinfra.inventory import InventoryHost
 from dlinfra.payload.affinity import USABLE_CPUS_SH
 from dlinfra.payload.cpuset import CpuSetError, parse_cpuset
+from dlinfra.transport.ssh import through
 
 #: The probe, as an argv: run on the host (over SSH, or here for a host of this machine).
 PROBE = ["sh", "-c", USABLE_CPUS_SH]
@@ -43,9 +43,8 @@ def host_cpus(host: InventoryHost, via: Sequence[str] = ()) -> list[int]:
     empty) only when the inventory gives no set."""
     if host.cpus:
         return host.cpus
-    argv = [*via, shlex.join(PROBE)] if via else PROBE  # ssh hands the remote shell one string: quoted
     try:  # a bring-up step: a stopped campaign ends it within a second
-        done = cancel.run_process(argv, timeout=60)
+        done = cancel.run_process(through(via, PROBE), timeout=60)
     except subprocess.TimeoutExpired:
         raise TargetError(f"host {host.name}: reading its usable CPUs took over 60 s", "is it reachable?") from None
     if done.returncode != 0:

@@ -47,6 +47,12 @@ def with_connect_timeout(argv: Sequence[str], seconds: int) -> list[str]:
     return [*out[:1], "-o", f"ConnectTimeout={seconds}", *out[1:]]
 
 
+def through(via: Sequence[str], argv: Sequence[str]) -> list[str]:
+    """``argv`` run through ``via``, an ssh argv prefix (:meth:`SshEndpoint.argv` without a command), quoted as
+    one string for the remote shell; ``argv`` itself when ``via`` is empty (a host of this machine)."""
+    return [*via, shlex.join(argv)] if via else list(argv)
+
+
 def remote_command(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
     """One remote command line from an argument list; every piece is quoted, values never parsed by a shell."""
     prefix = ["env", *(f"{k}={v}" for k, v in (env or {}).items())] if env else []

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dlinfra.errors import DlinfraError
-from dlinfra.transport.ssh import SshEndpoint, ansible_ssh_common_args, with_connect_timeout
+from dlinfra.transport.ssh import SshEndpoint, ansible_ssh_common_args, through, with_connect_timeout
 
 
 def test_the_argv_checks_host_keys_against_the_endpoints_file_and_quotes_the_command() -> None:
@@ -56,3 +56,9 @@ def test_runs_use_mitogens_strategy_unless_the_user_chose_ansibles_own(tmp_path,
     with pytest.raises(DlinfraError, match="DLINFRA_ANSIBLE_STRATEGY='linaer' is not a strategy") as refused:
         defaults()
     assert refused.value.hint == "set it to mitogen or linear, or unset it"
+
+
+def test_a_fixed_command_through_an_ssh_prefix_is_one_quoted_string() -> None:
+    via = SshEndpoint("h1", "10.0.0.5").argv()
+    assert through(via, ["cat", "/a b;c"]) == [*via, "cat '/a b;c'"]
+    assert through((), ["cat", "/a b;c"]) == ["cat", "/a b;c"]  # a host of this machine: no shell at all

@@ -20,8 +20,10 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
+from dlinfra import cancel
 from dlinfra.errors import TargetError
 from dlinfra.providers.containers.engine import Engine
+from dlinfra.transport.ssh import through
 
 #: The runtimes a ``ctr`` cell may ask for; runc is the engines' default (a plain ``ctr`` label).
 RUNTIMES: tuple[str, ...] = ("runc", "crun", "runsc")
@@ -120,8 +122,8 @@ def check_usable(engine: Engine, rt: OciRuntime) -> None:
 
 def host_command(engine: Engine, argv: list[str]) -> str | None:
     """What a fixed command prints on the engine's host (over its SSH when it has one); None when it fails."""
-    try:
-        out = subprocess.run([*engine.via, *argv], capture_output=True, text=True, timeout=60)
+    try:  # a bring-up step: a stopped campaign ends it within a second
+        out = cancel.run_process(through(engine.via, argv), timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout if out.returncode == 0 else None
